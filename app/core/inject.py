@@ -1,0 +1,166 @@
+"""The RDMA plumbing steps. Each is a named function (pod, ctx) -> outcome, idempotent,
+upsert-by-name, and never overrides what the user set explicitly."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core import names
+from app.core.launchers import LauncherInfo
+from app.core.params import Params, Profile
+from app.core.podspec import add_mount, add_volume, child, child_list, mount_at, set_env_default
+
+Obj = dict[str, Any]
+
+# Outcome of a step: None means "in effect"; a string is why it was skipped.
+Outcome = str | None
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+
+
+@dataclass
+class Context:
+    params: Params
+    info: LauncherInfo
+    annotations: dict[str, str]
+    profile: Profile
+    training: list[int]  # indices into spec.containers that run training
+    skip: frozenset[str]
+    warnings: list[str] = field(default_factory=list)
+
+    def flag(self, annotation: str, default: bool) -> bool:
+        """A boolean knob: the pod annotation if it is a clear true/false, else the default."""
+        raw = self.annotations.get(annotation)
+        if raw is None:
+            return default
+        value = raw.strip().lower()
+        if value in ("true", "1", "yes", "on", "enabled"):
+            return True
+        if value in ("false", "0", "no", "off", "disabled"):
+            return False
+        self.warn(f"annotation {annotation}={raw!r} is not true/false; using {str(default).lower()}")
+        return default
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+
+def _spec(pod: Obj) -> Obj:
+    return child(pod, "spec")
+
+
+def _training(pod: Obj, ctx: Context) -> list[Obj]:
+    containers = _spec(pod).get("containers") or []
+    return [containers[i] for i in ctx.training]
+
+
+def _rdma_resource(pod: Obj, prefixes: tuple[str, ...]) -> str | None:
+    """The first RDMA device-plugin resource any container requests, if any."""
+    for c in _spec(pod).get("containers") or []:
+        resources = c.get("resources") or {}
+        for kind in ("limits", "requests"):
+            for key in resources.get(kind) or {}:
+                if any(str(key).startswith(p) for p in prefixes):
+                    return str(key)
+    return None
+
+
+def dns(pod: Obj, ctx: Context) -> Outcome:
+    spec = _spec(pod)
+    policy = spec.get("dnsPolicy")
+    if policy == "None":
+        return "dnsPolicy None with the user's own dnsConfig"
+    if policy == "Default":
+        ctx.warn("dnsPolicy Default kept: pod DNS names of the job will not resolve from this pod")
+        return "dnsPolicy Default set by the user"
+    # Absent or ClusterFirst (the API default): on hostNetwork ClusterFirst means node DNS.
+    spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    return None
+
+
+def infiniband(pod: Obj, ctx: Context) -> Outcome:
+    resource = _rdma_resource(pod, ctx.params.config.rdma_resource_prefixes)
+    if resource:
+        return f"devices come from resource {resource}"
+    path = ctx.params.config.infiniband_path
+    targets = [c for c in _training(pod, ctx) if mount_at(c, path) is None]
+    if not targets:
+        ours = all(
+            (m := mount_at(c, path)) is not None and m.get("name") == names.VOL_INFINIBAND
+            for c in _training(pod, ctx)
+        )
+        return None if ours else "the pod mounts it already"
+    add_volume(_spec(pod), {"name": names.VOL_INFINIBAND, "hostPath": {"path": path}})
+    for c in targets:
+        add_mount(c, names.VOL_INFINIBAND, path)
+    return None
+
+
+def shm(pod: Obj, ctx: Context) -> Outcome:
+    size = ctx.annotations.get(names.ANN_SHM_SIZE, ctx.params.config.shm_size).strip()
+    if not _QUANTITY.match(size):
+        ctx.warn(f"annotation {names.ANN_SHM_SIZE}={size!r} is not a quantity; using {ctx.params.config.shm_size}")
+        size = ctx.params.config.shm_size
+    targets = [c for c in _training(pod, ctx) if mount_at(c, names.SHM_PATH) is None]
+    volumes = child_list(_spec(pod), "volumes")
+    ours = next((v for v in volumes if isinstance(v, dict) and v.get("name") == names.VOL_SHM), None)
+    if not targets and ours is None:
+        return "the pod mounts /dev/shm already"
+    if ours is None:
+        add_volume(_spec(pod), {"name": names.VOL_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
+    for c in targets:
+        add_mount(c, names.VOL_SHM, names.SHM_PATH)
+    return None
+
+
+def capabilities(pod: Obj, ctx: Context) -> Outcome:
+    skipped: list[str] = []
+    for c in _training(pod, ctx):
+        sc = child(c, "securityContext")
+        caps = child(sc, "capabilities")
+        add = child_list(caps, "add")
+        dropped = {str(x).upper().removeprefix("CAP_") for x in caps.get("drop") or []}
+        for cap in ("IPC_LOCK", "SYS_ADMIN"):
+            if cap in {str(x).upper().removeprefix("CAP_") for x in add}:
+                continue
+            if cap in dropped:
+                skipped.append(f"{c.get('name')}: {cap} dropped by the user")
+                continue
+            # The API server rejects CAP_SYS_ADMIN together with allowPrivilegeEscalation: false.
+            if cap == "SYS_ADMIN" and sc.get("allowPrivilegeEscalation") is False:
+                skipped.append(f"{c.get('name')}: SYS_ADMIN conflicts with allowPrivilegeEscalation: false")
+                continue
+            add.append(cap)
+    for s in skipped:
+        ctx.warn(f"capability not added: {s}")
+    return None
+
+
+def privileged(pod: Obj, ctx: Context) -> Outcome:
+    if not ctx.flag(names.ANN_PRIVILEGED, ctx.params.config.privileged):
+        return "turned off"
+    resource = _rdma_resource(pod, ctx.params.config.rdma_resource_prefixes)
+    if resource:
+        return f"devices come from resource {resource}"
+    for c in _training(pod, ctx):
+        sc = child(c, "securityContext")
+        if sc.get("privileged") is False:
+            ctx.warn(f"{c.get('name')}: privileged: false kept; hostPath RDMA devices may be unusable (NCCL falls back to sockets)")
+            continue
+        if sc.get("allowPrivilegeEscalation") is False:
+            ctx.warn(f"{c.get('name')}: not made privileged because allowPrivilegeEscalation is false")
+            continue
+        sc["privileged"] = True
+    return None
+
+
+def nccl_env(pod: Obj, ctx: Context) -> Outcome:
+    for c in _training(pod, ctx):
+        if c.get("envFrom"):
+            ctx.warn(f"{c.get('name')}: envFrom values are invisible at admission; profile env (NCCL_*) takes precedence over them")
+        for key, value in ctx.profile.env:
+            set_env_default(c, key, value)
+    return None

@@ -1,0 +1,33 @@
+"""Launcher adapters, tried in order; the first that detects the pod describes it."""
+
+from __future__ import annotations
+
+from app.core.launchers.base import Launcher, LauncherInfo, Pod
+from app.core.launchers.generic import IndexedJob, PlainPod, StatefulSet
+from app.core.launchers.jobset import JobSet, TrainJob
+from app.core.launchers.lws import LeaderWorkerSet
+from app.core.launchers.pytorchjob import PyTorchJob
+from app.core.launchers.volcano import Volcano
+
+# Specific before generic: Trainer v2 pods are JobSet pods, JobSet pods are Job pods,
+# LWS pods are StatefulSet pods.
+LAUNCHERS: tuple[Launcher, ...] = (
+    Volcano(),
+    PyTorchJob(),
+    TrainJob(),
+    JobSet(),
+    LeaderWorkerSet(),
+    IndexedJob(),
+    StatefulSet(),
+    PlainPod(),
+)
+
+
+def describe(pod: Pod, rdzv_port: int) -> LauncherInfo:
+    for launcher in LAUNCHERS:
+        if launcher.detect(pod):
+            return launcher.describe(pod, rdzv_port)
+    raise AssertionError("PlainPod always detects")  # pragma: no cover
+
+
+__all__ = ["LAUNCHERS", "LauncherInfo", "describe"]

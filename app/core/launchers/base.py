@@ -1,0 +1,129 @@
+"""What every launcher adapter provides, and small helpers to read a raw pod dict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+Pod = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LauncherInfo:
+    """What the owning launcher implies for this pod's rendezvous.
+
+    Values may contain ``${VAR}``: the wrapper expands them from the container env at run
+    time (launchers such as Volcano and LWS publish host lists only as runtime env).
+    """
+
+    launcher: str
+    job: str = ""
+    # The DNS label and headless-service subdomain that make this pod addressable.
+    hostname: str = ""
+    subdomain: str = ""
+    # The address other nodes must use to reach this pod (torchrun --local-addr).
+    advertised_address: str = ""
+    # True when the launcher creates one Service per pod, named like the pod (Training Operator).
+    service_per_pod: bool = False
+    rdzv_endpoint: str = ""
+    rdzv_backend: str = ""
+    rdzv_id: str = ""
+    nnodes: str = ""
+    # The container the launcher runs training in, when it names one.
+    designated_container: str = ""
+
+    def identities(self, namespace: str, cluster_domain: str) -> tuple[str, ...]:
+        """Every DNS name an endpoint may use for this pod (never the node's name or IP)."""
+        if not self.hostname:
+            return ()
+        names: list[str] = []
+        bases = []
+        if self.subdomain:
+            bases.append(f"{self.hostname}.{self.subdomain}")
+        if self.service_per_pod or not self.subdomain:
+            bases.append(self.hostname)
+        names.append(self.hostname)
+        for base in bases:
+            names.append(base)
+            if namespace:
+                names += [
+                    f"{base}.{namespace}",
+                    f"{base}.{namespace}.svc",
+                    f"{base}.{namespace}.svc.{cluster_domain}",
+                ]
+        return tuple(dict.fromkeys(names))
+
+
+class Launcher(Protocol):
+    name: str
+
+    def detect(self, pod: Pod) -> bool: ...
+
+    def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo: ...
+
+
+def meta(pod: Pod) -> dict[str, Any]:
+    m = pod.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def spec(pod: Pod) -> dict[str, Any]:
+    s = pod.get("spec")
+    return s if isinstance(s, dict) else {}
+
+
+def labels(pod: Pod) -> dict[str, str]:
+    v = meta(pod).get("labels")
+    return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else {}
+
+
+def annotations(pod: Pod) -> dict[str, str]:
+    v = meta(pod).get("annotations")
+    return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else {}
+
+
+def name(pod: Pod) -> str:
+    return str(meta(pod).get("name") or "")
+
+
+def owner(pod: Pod, group: str, kind: str) -> dict[str, Any] | None:
+    """The ownerReference of that API group and kind, if any."""
+    refs = meta(pod).get("ownerReferences")
+    if not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if not isinstance(ref, dict):
+            continue
+        api = str(ref.get("apiVersion", ""))
+        if ref.get("kind") == kind and api.split("/")[0] == group:
+            return ref
+    return None
+
+
+def containers(pod: Pod) -> list[dict[str, Any]]:
+    c = spec(pod).get("containers")
+    return [x for x in c if isinstance(x, dict)] if isinstance(c, list) else []
+
+
+def env_names(pod: Pod) -> set[str]:
+    """Names of env vars declared on any regular container."""
+    out: set[str] = set()
+    for c in containers(pod):
+        for e in c.get("env") or []:
+            if isinstance(e, dict) and isinstance(e.get("name"), str):
+                out.add(e["name"])
+    return out
+
+
+def env_literal(pod: Pod, key: str) -> str | None:
+    """The literal value of an env var on any regular container (not valueFrom)."""
+    for c in containers(pod):
+        for e in c.get("env") or []:
+            if isinstance(e, dict) and e.get("name") == key and isinstance(e.get("value"), str):
+                return str(e["value"])
+    return None
+
+
+def hostname_and_subdomain(pod: Pod) -> tuple[str, str]:
+    s = spec(pod)
+    return str(s.get("hostname") or ""), str(s.get("subdomain") or "")

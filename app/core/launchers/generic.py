@@ -1,0 +1,67 @@
+"""Indexed Jobs, StatefulSets and plain pods: identity is `hostname.subdomain` when both set."""
+
+from __future__ import annotations
+
+from app.core.launchers.base import LauncherInfo, Pod, hostname_and_subdomain, labels, name, owner
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+STS_POD_NAME = "statefulset.kubernetes.io/pod-name"
+
+
+class IndexedJob:
+    name = "job"
+
+    def detect(self, pod: Pod) -> bool:
+        return COMPLETION_INDEX in labels(pod) or owner(pod, "batch", "Job") is not None
+
+    def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
+        lab = labels(pod)
+        ref = owner(pod, "batch", "Job") or {}
+        hostname, subdomain = hostname_and_subdomain(pod)
+        return LauncherInfo(
+            launcher=self.name,
+            job=str(ref.get("name") or lab.get("batch.kubernetes.io/job-name") or ""),
+            hostname=hostname,
+            subdomain=subdomain,
+            advertised_address=f"{hostname}.{subdomain}" if hostname and subdomain else "",
+            rdzv_id=lab.get(CONTROLLER_UID) or str(ref.get("uid") or ""),
+        )
+
+
+class StatefulSet:
+    name = "statefulset"
+
+    def detect(self, pod: Pod) -> bool:
+        return STS_POD_NAME in labels(pod) or owner(pod, "apps", "StatefulSet") is not None
+
+    def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
+        ref = owner(pod, "apps", "StatefulSet") or {}
+        hostname, subdomain = hostname_and_subdomain(pod)
+        hostname = hostname or name(pod) or labels(pod).get(STS_POD_NAME, "")
+        return LauncherInfo(
+            launcher=self.name,
+            job=str(ref.get("name") or ""),
+            hostname=hostname,
+            subdomain=subdomain,
+            advertised_address=f"{hostname}.{subdomain}" if hostname and subdomain else "",
+            rdzv_id=str(ref.get("uid") or ""),
+        )
+
+
+class PlainPod:
+    name = "pod"
+
+    def detect(self, pod: Pod) -> bool:
+        return True
+
+    def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
+        hostname, subdomain = hostname_and_subdomain(pod)
+        hostname = hostname or (name(pod) if subdomain else "")
+        return LauncherInfo(
+            launcher=self.name,
+            job=name(pod),
+            hostname=hostname,
+            subdomain=subdomain,
+            advertised_address=f"{hostname}.{subdomain}" if hostname and subdomain else "",
+        )

@@ -1,0 +1,71 @@
+"""JobSet (`jobset.x-k8s.io`) and Kubeflow Trainer v2, whose TrainJobs run as JobSets.
+
+Pods come from Indexed Jobs with generateName, so `metadata.name` is EMPTY at admission:
+the identity is `spec.hostname` (`<js>-<rjob>-<j>-<i>`) under `spec.subdomain`.
+Trainer v2 uses torchrun's static rendezvous (PET_MASTER_ADDR + PET_NODE_RANK): with DNS
+right it needs nothing else, so its adapter sets no rendezvous defaults.
+"""
+
+from __future__ import annotations
+
+from app.core.launchers.base import (
+    LauncherInfo,
+    Pod,
+    annotations,
+    containers,
+    hostname_and_subdomain,
+    labels,
+)
+
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
+
+
+def _jobset(pod: Pod) -> tuple[str, str]:
+    lab, ann = labels(pod), annotations(pod)
+    return (
+        lab.get(JOBSET_NAME) or ann.get(JOBSET_NAME) or "",
+        lab.get(JOBSET_UID) or ann.get(JOBSET_UID) or "",
+    )
+
+
+def _info(launcher: str, pod: Pod, designated: str = "") -> LauncherInfo:
+    js, uid = _jobset(pod)
+    hostname, subdomain = hostname_and_subdomain(pod)
+    subdomain = subdomain or js
+    return LauncherInfo(
+        launcher=launcher,
+        job=js,
+        hostname=hostname,
+        subdomain=subdomain,
+        advertised_address=f"{hostname}.{subdomain}" if hostname else "",
+        rdzv_id=uid,
+        designated_container=designated,
+    )
+
+
+class TrainJob:
+    """Kubeflow Trainer v2: a JobSet whose `node` container carries PET_MASTER_ADDR."""
+
+    name = "trainjob"
+
+    def detect(self, pod: Pod) -> bool:
+        if not _jobset(pod)[0]:
+            return False
+        for c in containers(pod):
+            if c.get("name") == "node":
+                return any(isinstance(e, dict) and e.get("name") == "PET_MASTER_ADDR" for e in c.get("env") or [])
+        return False
+
+    def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
+        return _info(self.name, pod, designated="node")
+
+
+class JobSet:
+    name = "jobset"
+
+    def detect(self, pod: Pod) -> bool:
+        return bool(_jobset(pod)[0])
+
+    def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
+        return _info(self.name, pod)

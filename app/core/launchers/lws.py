@@ -1,0 +1,39 @@
+"""LeaderWorkerSet. Leader `<lws>-<g>`, workers `<lws>-<g>-<w>`, under subdomain `<lws>`.
+
+LWS's own pod webhook adds LWS_LEADER_ADDRESS / LWS_GROUP_SIZE env and the group-key label,
+possibly after ours (we are re-invoked then), so defaults refer to that env at run time.
+"""
+
+from __future__ import annotations
+
+from app.core.launchers.base import LauncherInfo, Pod, hostname_and_subdomain, labels, name
+
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
+GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+
+
+class LeaderWorkerSet:
+    name = "lws"
+
+    def detect(self, pod: Pod) -> bool:
+        return LWS_NAME in labels(pod)
+
+    def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
+        lab = labels(pod)
+        lws = lab[LWS_NAME]
+        hostname, subdomain = hostname_and_subdomain(pod)
+        hostname = hostname or name(pod)
+        subdomain = subdomain or lws
+        group = lab.get(GROUP_INDEX, "")
+        return LauncherInfo(
+            launcher=self.name,
+            job=f"{lws}-{group}" if group else lws,
+            hostname=hostname,
+            subdomain=subdomain,
+            advertised_address=f"{hostname}.{subdomain}" if hostname else "",
+            rdzv_endpoint=f"${{LWS_LEADER_ADDRESS}}:{rdzv_port}",
+            rdzv_backend="c10d",
+            rdzv_id=lab.get(GROUP_KEY) or (f"{lws}-{group}" if group else ""),
+            nnodes="${LWS_GROUP_SIZE}",
+        )

@@ -1,0 +1,61 @@
+"""Volcano `batch.volcano.sh/v1alpha1` Job.
+
+At CREATE the svc plugin has set hostname=<pod>, subdomain=<job>, and added
+VC_<TASK>_HOSTS / VC_<TASK>_NUM as configMapKeyRef env (values exist only at run time).
+The PodGroup name (`<job>-<uid>`) in `scheduling.k8s.io/group-name` is unique per job.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.core.launchers.base import (
+    LauncherInfo,
+    Pod,
+    annotations,
+    env_names,
+    hostname_and_subdomain,
+    labels,
+    name,
+    owner,
+)
+
+JOB_NAME = "volcano.sh/job-name"
+TASK_SPEC = "volcano.sh/task-spec"
+TASK_INDEX = "volcano.sh/task-index"
+GROUP_NAME = "scheduling.k8s.io/group-name"
+_NUM_ENV = re.compile(r"^VC_(.+)_NUM$")
+
+
+class Volcano:
+    name = "volcano"
+
+    def detect(self, pod: Pod) -> bool:
+        return owner(pod, "batch.volcano.sh", "Job") is not None or JOB_NAME in labels(pod)
+
+    def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
+        lab, ann = labels(pod), annotations(pod)
+        ref = owner(pod, "batch.volcano.sh", "Job") or {}
+        job = lab.get(JOB_NAME) or ann.get(JOB_NAME) or str(ref.get("name") or "")
+        task = lab.get(TASK_SPEC) or ann.get(TASK_SPEC) or ""
+        hostname, subdomain = hostname_and_subdomain(pod)
+        hostname = hostname or name(pod)
+        subdomain = subdomain or job
+        envs = env_names(pod)
+        # Tasks are the VC_<TASK>_NUM/_HOSTS pairs the svc plugin declared.
+        tasks = sorted(m.group(1) for e in envs if (m := _NUM_ENV.match(e)) and f"VC_{m.group(1)}_HOSTS" in envs)
+        # The store lives on master-0 when the job has a `master` task, else on index 0 of
+        # this pod's own task (DESIGN: rendezvous rule for Volcano).
+        store_task = "master" if "MASTER" in tasks else task
+        endpoint = f"{job}-{store_task}-0.{job}:{rdzv_port}" if job and store_task else ""
+        return LauncherInfo(
+            launcher=self.name,
+            job=job,
+            hostname=hostname,
+            subdomain=subdomain,
+            advertised_address=f"{hostname}.{subdomain}" if hostname and subdomain else hostname,
+            rdzv_endpoint=endpoint,
+            rdzv_backend="c10d",
+            rdzv_id=ann.get(GROUP_NAME) or str(ref.get("uid") or ""),
+            nnodes="+".join(f"${{VC_{t}_NUM}}" for t in tasks),
+        )

@@ -1,0 +1,177 @@
+"""The pure core: a pod dict in, the mutated pod dict and warnings out. No I/O."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core import inject, launchers, names, profiles, wrap
+from app.core.launchers import LauncherInfo
+from app.core.params import STEP_NAMES, Params
+
+Obj = dict[str, Any]
+Step = Callable[[Obj, inject.Context], inject.Outcome]
+
+STEPS: tuple[tuple[str, str, Step], ...] = (
+    # (step name, InjectConfig switch, function)
+    ("dns", "dns", inject.dns),
+    ("infiniband", "infiniband", inject.infiniband),
+    ("shm", "shm", inject.shm),
+    ("capabilities", "capabilities", inject.capabilities),
+    ("privileged", "privileged", inject.privileged),
+    ("nccl-env", "nccl_env", inject.nccl_env),
+    ("wrap", "wrap", wrap.wrap),
+)
+assert tuple(s[0] for s in STEPS) == STEP_NAMES
+
+
+class InvalidPod(ValueError):
+    """The object is not a Pod at all (the CLI exits 2; the server answers 400)."""
+
+
+class UnsupportedPod(ValueError):
+    """A Pod we cannot mutate safely: it is allowed unchanged, with this as a warning."""
+
+
+@dataclass
+class Result:
+    pod: Obj
+    changed: bool
+    warnings: list[str] = field(default_factory=list)
+    launcher: LauncherInfo | None = None
+    profile: str = ""
+    profile_reason: str = ""
+    training: list[str] = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    reason: str = ""  # why nothing was done, when nothing was
+
+
+def _check_shape(pod: Obj) -> None:
+    if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod":
+        kind = pod.get("kind") if isinstance(pod, dict) else type(pod).__name__
+        raise InvalidPod(f"expected a Pod, got {kind}")
+    if pod.get("apiVersion", "v1") != "v1":
+        raise InvalidPod(f"expected apiVersion v1, got {pod.get('apiVersion')}")
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise InvalidPod("the Pod has no spec")
+    meta = pod.get("metadata", {})
+    if not isinstance(meta, dict):
+        raise UnsupportedPod("metadata is not an object")
+    for key in ("labels", "annotations"):
+        if not isinstance(meta.get(key, {}), dict):
+            raise UnsupportedPod(f"metadata.{key} is not an object")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise UnsupportedPod("spec.containers is missing or empty")
+    if not isinstance(spec.get("volumes", []), list):
+        raise UnsupportedPod("spec.volumes is not a list")
+    seen: set[str] = set()
+    for c in containers:
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            raise UnsupportedPod("a container has no name")
+        if c["name"] in seen:
+            raise UnsupportedPod(f"container name {c['name']!r} appears twice")
+        seen.add(c["name"])
+        for key in ("env", "volumeMounts", "envFrom"):
+            if not isinstance(c.get(key, []), list) or not all(isinstance(x, dict) for x in c.get(key, [])):
+                raise UnsupportedPod(f"container {c['name']}: {key} is not a list of objects")
+        for key in ("command", "args"):
+            if not isinstance(c.get(key, []), list):
+                raise UnsupportedPod(f"container {c['name']}: {key} is not a list")
+        sc = c.get("securityContext", {})
+        if not isinstance(sc, dict) or not isinstance(sc.get("capabilities", {}), dict):
+            raise UnsupportedPod(f"container {c['name']}: securityContext is not an object")
+        caps = sc.get("capabilities", {})
+        if not isinstance(caps.get("add", []), list) or not isinstance(caps.get("drop", []), list):
+            raise UnsupportedPod(f"container {c['name']}: capabilities add/drop are not lists")
+
+
+def _training_containers(pod: Obj, info: LauncherInfo, ann: dict[str, str], warnings: list[str]) -> list[int]:
+    """Which regular containers run training (init containers and sidecars never do)."""
+    containers = pod["spec"]["containers"]
+    by_name = {c["name"]: i for i, c in enumerate(containers)}
+    listed = ann.get(names.ANN_CONTAINERS)
+    if listed:
+        wanted = [n.strip() for n in listed.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in by_name]
+        if unknown:
+            warnings.append(f"{names.ANN_CONTAINERS} names unknown containers: {', '.join(unknown)}")
+        chosen = [by_name[n] for n in wanted if n in by_name]
+        if chosen:
+            return sorted(set(chosen))
+    chosen = [i for i, c in enumerate(containers) if wrap.mentions_torchrun(c) or wrap._MODULE_RUN.search(" ".join(wrap.original_argv(c)))]
+    if chosen:
+        return chosen
+    if info.designated_container in by_name:
+        return [by_name[info.designated_container]]
+    return [0]
+
+
+def _status(params: Params, info: LauncherInfo, profile: str, applied: list[str], skipped: dict[str, str]) -> str:
+    # Describes the resulting state, not this pass's actions, so a second pass writes the
+    # same value (idempotency) and reinvocation does not churn.
+    return json.dumps(
+        {"version": params.version, "launcher": info.launcher, "profile": profile, "steps": applied, "skipped": skipped},
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def mutate(pod: Obj, params: Params) -> Result:
+    """Mutate a copy of `pod`. Raises InvalidPod / UnsupportedPod; never mutates the input."""
+    _check_shape(pod)
+    if pod["spec"].get("hostNetwork") is not True:
+        return Result(pod=pod, changed=False, reason="not a hostNetwork pod")
+    out = copy.deepcopy(pod)
+    warnings: list[str] = []
+    meta = out.setdefault("metadata", {})
+    ann: dict[str, str] = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    port = params.config.rdzv_port
+    if names.ANN_RDZV_PORT in ann:
+        raw = ann[names.ANN_RDZV_PORT]
+        if raw.isdigit() and 0 < int(raw) < 65536:
+            port = int(raw)
+        else:
+            warnings.append(f"{names.ANN_RDZV_PORT}={raw!r} is not a port; using {port}")
+    info = launchers.describe(out, port)
+    profile, profile_reason = profiles.select(out, params.config, warnings)
+    training = _training_containers(out, info, ann, warnings)
+    skip = frozenset(s.strip() for s in ann.get(names.ANN_SKIP, "").split(",") if s.strip())
+    unknown = sorted(skip - set(STEP_NAMES))
+    if unknown:
+        warnings.append(f"{names.ANN_SKIP} names unknown steps: {', '.join(unknown)} (known: {', '.join(STEP_NAMES)})")
+    ctx = inject.Context(params, info, ann, profile, training, skip, warnings)
+    applied: list[str] = []
+    skipped: dict[str, str] = {}
+    for step, switch, fn in STEPS:
+        if step in skip:
+            skipped[step] = f"annotation {names.ANN_SKIP}"
+            continue
+        if not getattr(params.config, switch):
+            skipped[step] = "turned off in the cluster config"
+            continue
+        outcome = fn(out, ctx)
+        if outcome is None:
+            applied.append(step)
+        else:
+            skipped[step] = outcome
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, dict):
+        annotations = meta["annotations"] = {}
+    annotations[names.STATUS_ANNOTATION] = _status(params, info, profile.name, applied, skipped)
+    return Result(
+        pod=out,
+        changed=out != pod,
+        warnings=ctx.warnings,
+        launcher=info,
+        profile=profile.name,
+        profile_reason=profile_reason,
+        training=[out["spec"]["containers"][i]["name"] for i in training],
+        applied=applied,
+        skipped=skipped,
+    )

