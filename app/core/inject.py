@@ -87,11 +87,10 @@ def infiniband(pod: Obj, ctx: Context) -> Outcome:
         return f"devices come from resource {resource}"
     path = ctx.params.config.infiniband_path
     targets = [c for c in _training(pod, ctx) if mount_at(c, path) is None]
+    declared = child_list(_spec(pod), "volumes")
+    ours = any(isinstance(v, dict) and v.get("name") == names.VOL_INFINIBAND for v in declared)
     if not targets:
-        ours = all(
-            (m := mount_at(c, path)) is not None and m.get("name") == names.VOL_INFINIBAND
-            for c in _training(pod, ctx)
-        )
+        # Already in place: by us on an earlier pass (our volume exists), or by the user.
         return None if ours else "the pod mounts it already"
     add_volume(_spec(pod), {"name": names.VOL_INFINIBAND, "hostPath": {"path": path}})
     for c in targets:

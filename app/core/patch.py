@@ -1,4 +1,12 @@
-"""The JSON Patch from the raw object the API server sent to the mutated one."""
+"""The JSON Patch (RFC 6902) from the raw object the API server sent to the mutated one.
+
+We diff raw dicts (never typed models), so fields we do not know stay untouched. The
+diff is our own and deliberately plain: jsonpatch.make_patch produced patches that do not
+reproduce the target for some list edits (found by the property tests), and a patch the
+API server cannot apply fails pod creation even with failurePolicy: Ignore. Rules:
+dicts recurse key by key; a list that only grew gets `add /-` ops; a list of the same
+length recurses per index; any other list change replaces the whole list.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +14,44 @@ from typing import Any
 
 import jsonpatch
 
+Op = dict[str, Any]
 
-def diff(original: dict[str, Any], mutated: dict[str, Any]) -> list[dict[str, Any]]:
-    # Diffing raw dicts (never typed models) keeps fields we do not know untouched.
-    ops: list[dict[str, Any]] = jsonpatch.make_patch(original, mutated).patch
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _diff(old: Any, new: Any, path: str, ops: list[Op]) -> None:
+    if old == new:
+        return
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in old:
+            if key not in new:
+                ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
+        for key, value in new.items():
+            if key not in old:
+                ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
+            else:
+                _diff(old[key], value, f"{path}/{_escape(key)}", ops)
+        return
+    if isinstance(old, list) and isinstance(new, list):
+        if len(new) > len(old) and new[: len(old)] == old:
+            ops.extend({"op": "add", "path": f"{path}/-", "value": v} for v in new[len(old) :])
+            return
+        if len(new) == len(old):
+            for i, (a, b) in enumerate(zip(old, new, strict=True)):
+                _diff(a, b, f"{path}/{i}", ops)
+            return
+    ops.append({"op": "replace", "path": path, "value": new})
+
+
+def diff(original: dict[str, Any], mutated: dict[str, Any]) -> list[Op]:
+    ops: list[Op] = []
+    _diff(original, mutated, "", ops)
     return ops
 
 
-def apply(original: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+def apply(original: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
+    """Apply a patch as the API server would (used by tests and the CLI)."""
     result: dict[str, Any] = jsonpatch.apply_patch(original, ops, in_place=False)
     return result

@@ -1,0 +1,145 @@
+"""Property tests over generated pods: the patch always applies, names stay unique,
+mutation is idempotent, non-hostNetwork pods are untouched."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.core import Params, UnsupportedPod, mutate
+from app.core import patch as jp
+
+PARAMS = Params(namespace="ns", wrapper_payload="<payload>", version="test")
+
+dns_label = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
+env_key = st.sampled_from(
+    ["NCCL_DEBUG", "NCCL_IB_HCA", "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "MASTER_ADDR", "FOO",
+     "HOSTNET_RDMA_LOCAL_ADDR", "VC_WORKER_NUM", "VC_WORKER_HOSTS", "LWS_LEADER_ADDRESS", "PET_MASTER_ADDR"]
+)
+env_entry = st.fixed_dictionaries({"name": env_key}, optional={"value": st.text(max_size=12)})
+mount_path = st.sampled_from(["/dev/shm", "/dev/infiniband", "/data", "/hostnet-rdma", "/scripts"])
+volume_name = st.sampled_from(["shm", "devinf", "data", "hostnet-rdma-shm", "hostnet-rdma-bin", "scripts"])
+command = st.one_of(
+    st.none(),
+    st.just(["torchrun", "train.py"]),
+    st.just(["bash", "-c", "torchrun --nnodes=2 train.py"]),
+    st.just(["python", "-m", "torch.distributed.run", "train.py"]),
+    st.just(["sleep", "1"]),
+)
+caps = st.fixed_dictionaries(
+    {}, optional={"add": st.lists(st.sampled_from(["IPC_LOCK", "SYS_ADMIN", "NET_ADMIN", "CAP_IPC_LOCK"]), max_size=3),
+                  "drop": st.lists(st.sampled_from(["ALL", "IPC_LOCK", "NET_RAW"]), max_size=2)}
+)
+security = st.fixed_dictionaries(
+    {}, optional={"privileged": st.booleans(), "allowPrivilegeEscalation": st.booleans(), "capabilities": caps}
+)
+
+
+@st.composite
+def containers(draw: st.DrawFn) -> list[dict[str, Any]]:
+    names = draw(st.lists(dns_label, min_size=1, max_size=3, unique=True))
+    out = []
+    for n in names:
+        c: dict[str, Any] = {"name": n, "image": "img"}
+        cmd = draw(command)
+        if cmd is not None:
+            c["command"] = cmd
+        if draw(st.booleans()):
+            c["env"] = draw(st.lists(env_entry, max_size=4, unique_by=lambda e: e["name"]))
+        if draw(st.booleans()):
+            paths = draw(st.lists(mount_path, max_size=3, unique=True))
+            c["volumeMounts"] = [{"name": f"m{i}", "mountPath": p} for i, p in enumerate(paths)]
+        if draw(st.booleans()):
+            c["securityContext"] = draw(security)
+        if draw(st.booleans()):
+            c["resources"] = {"limits": draw(st.dictionaries(st.sampled_from(["nvidia.com/gpu", "rdma/hca", "cpu"]), st.just(1), max_size=2))}
+        out.append(c)
+    return out
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> dict[str, Any]:
+    labels = draw(st.dictionaries(
+        st.sampled_from(["volcano.sh/job-name", "volcano.sh/task-spec", "training.kubeflow.org/job-name",
+                         "jobset.sigs.k8s.io/jobset-name", "leaderworkerset.sigs.k8s.io/name",
+                         "batch.kubernetes.io/job-completion-index", "statefulset.kubernetes.io/pod-name"]),
+        dns_label, max_size=3))
+    annotations = draw(st.dictionaries(
+        st.sampled_from(["hostnet-rdma.io/profile", "hostnet-rdma.io/skip", "hostnet-rdma.io/shm-size",
+                         "hostnet-rdma.io/wrap", "hostnet-rdma.io/containers", "scheduling.k8s.io/group-name"]),
+        st.sampled_from(["BM.GPU4.8", "default", "x", "false", "true", "8Gi", "shm,wrap", "main"]), max_size=3))
+    spec: dict[str, Any] = {"containers": draw(containers())}
+    spec["hostNetwork"] = draw(st.sampled_from([True, True, True, False, None]))
+    if spec["hostNetwork"] is None:
+        del spec["hostNetwork"]
+    for key in ("hostname", "subdomain"):
+        if draw(st.booleans()):
+            spec[key] = draw(dns_label)
+    if draw(st.booleans()):
+        spec["dnsPolicy"] = draw(st.sampled_from(["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"]))
+    if draw(st.booleans()):
+        vols = draw(st.lists(volume_name, max_size=3, unique=True))
+        spec["volumes"] = [{"name": v, "emptyDir": {}} for v in vols]
+    meta: dict[str, Any] = {"labels": labels, "annotations": annotations}
+    if draw(st.booleans()):
+        meta["name"] = draw(dns_label)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _dupes(items: list[Any], key: str) -> list[Any]:
+    return [k for k, n in Counter(i.get(key) for i in items).items() if n > 1]
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pods())
+def test_patch_applies_and_is_idempotent(pod: dict[str, Any]) -> None:
+    try:
+        result = mutate(pod, PARAMS)
+    except UnsupportedPod:
+        return
+    if pod["spec"].get("hostNetwork") is not True:
+        assert result.pod == pod and not result.changed
+        assert jp.diff(pod, result.pod) == []
+        return
+    ops = jp.diff(pod, result.pod)
+    assert jp.apply(pod, ops) == result.pod
+    spec = result.pod["spec"]
+    # Volumes the user did not declare twice are never duplicated by us.
+    assert not _dupes(spec.get("volumes", []), "name")
+    for c in spec["containers"]:
+        before = next(x for x in pod["spec"]["containers"] if x["name"] == c["name"])
+        assert not _dupes(c.get("env", []), "name") or _dupes(before.get("env", []), "name")
+        assert not _dupes(c.get("volumeMounts", []), "mountPath") or _dupes(before.get("volumeMounts", []), "mountPath")
+        # What the user set is never overwritten.
+        for e in before.get("env", []):
+            if not e["name"].startswith("HOSTNET_RDMA_"):
+                assert e in c["env"]
+        sc_before = before.get("securityContext", {})
+        if "privileged" in sc_before:
+            assert c["securityContext"]["privileged"] == sc_before["privileged"]
+        for cap in sc_before.get("capabilities", {}).get("add", []):
+            assert cap in c["securityContext"]["capabilities"]["add"]
+        # Every mount refers to a declared volume (ours are always declared).
+        declared = {v["name"] for v in spec.get("volumes", [])}
+        for m in c.get("volumeMounts", []):
+            if m["name"].startswith("hostnet-rdma-") and m not in before.get("volumeMounts", []):
+                assert m["name"] in declared
+    again = mutate(result.pod, PARAMS)
+    assert again.pod == result.pod
+    assert jp.diff(result.pod, again.pod) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(pods())
+def test_input_is_never_modified(pod: dict[str, Any]) -> None:
+    import copy
+
+    snapshot = copy.deepcopy(pod)
+    try:
+        mutate(pod, PARAMS)
+    except UnsupportedPod:
+        pass
+    assert pod == snapshot
