@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from app import __version__, config
+from app import __version__, config, server_cli
 from app.core import ConfigError, InvalidPod, Params, Result, UnsupportedPod, mutate
 from app.core import patch as jsonpatch_
 from app.wrapper import payload
@@ -21,7 +22,7 @@ def params_for(cfg_path: str | None, namespace: str) -> Params:
 
 def _read_pod(source: str) -> dict[str, Any]:
     try:
-        text = sys.stdin.read() if source == "-" else open(source).read()
+        text = sys.stdin.read() if source == "-" else Path(source).read_text()
     except OSError as e:
         raise InvalidPod(f"cannot read {source}: {e.strerror}") from None
     try:
@@ -34,8 +35,10 @@ def _read_pod(source: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InvalidPod(f"{source} does not hold an object")
     if doc.get("kind") != "Pod":
-        raise InvalidPod(f"{source} holds a {doc.get('kind') or 'object without kind'}, not a Pod "
-                         "(preview the pod its controller creates)")
+        raise InvalidPod(
+            f"{source} holds a {doc.get('kind') or 'object without kind'}, not a Pod "
+            "(preview the pod its controller creates)"
+        )
     return doc
 
 
@@ -93,12 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--config", help="cluster config file (the chart's ConfigMap content)")
     m.set_defaults(func=cmd_mutate)
 
-    try:
-        from app import server_cli
-    except ImportError:  # pragma: no cover
-        server_cli = None  # type: ignore[assignment]
-    if server_cli is not None:
-        server_cli.register(sub)
+    server_cli.register(sub)
     return parser
 
 

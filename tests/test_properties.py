@@ -3,6 +3,7 @@ mutation is idempotent, non-hostNetwork pods are untouched."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -16,8 +17,19 @@ PARAMS = Params(namespace="ns", wrapper_payload="<payload>", version="test")
 
 dns_label = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
 env_key = st.sampled_from(
-    ["NCCL_DEBUG", "NCCL_IB_HCA", "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "MASTER_ADDR", "FOO",
-     "HOSTNET_RDMA_LOCAL_ADDR", "VC_WORKER_NUM", "VC_WORKER_HOSTS", "LWS_LEADER_ADDRESS", "PET_MASTER_ADDR"]
+    [
+        "NCCL_DEBUG",
+        "NCCL_IB_HCA",
+        "PET_RDZV_ENDPOINT",
+        "PET_RDZV_BACKEND",
+        "MASTER_ADDR",
+        "FOO",
+        "HOSTNET_RDMA_LOCAL_ADDR",
+        "VC_WORKER_NUM",
+        "VC_WORKER_HOSTS",
+        "LWS_LEADER_ADDRESS",
+        "PET_MASTER_ADDR",
+    ]
 )
 env_entry = st.fixed_dictionaries({"name": env_key}, optional={"value": st.text(max_size=12)})
 mount_path = st.sampled_from(["/dev/shm", "/dev/infiniband", "/data", "/hostnet-rdma", "/scripts"])
@@ -30,8 +42,11 @@ command = st.one_of(
     st.just(["sleep", "1"]),
 )
 caps = st.fixed_dictionaries(
-    {}, optional={"add": st.lists(st.sampled_from(["IPC_LOCK", "SYS_ADMIN", "NET_ADMIN", "CAP_IPC_LOCK"]), max_size=3),
-                  "drop": st.lists(st.sampled_from(["ALL", "IPC_LOCK", "NET_RAW"]), max_size=2)}
+    {},
+    optional={
+        "add": st.lists(st.sampled_from(["IPC_LOCK", "SYS_ADMIN", "NET_ADMIN", "CAP_IPC_LOCK"]), max_size=3),
+        "drop": st.lists(st.sampled_from(["ALL", "IPC_LOCK", "NET_RAW"]), max_size=2),
+    },
 )
 security = st.fixed_dictionaries(
     {}, optional={"privileged": st.booleans(), "allowPrivilegeEscalation": st.booleans(), "capabilities": caps}
@@ -55,22 +70,50 @@ def containers(draw: st.DrawFn) -> list[dict[str, Any]]:
         if draw(st.booleans()):
             c["securityContext"] = draw(security)
         if draw(st.booleans()):
-            c["resources"] = {"limits": draw(st.dictionaries(st.sampled_from(["nvidia.com/gpu", "rdma/hca", "cpu"]), st.just(1), max_size=2))}
+            c["resources"] = {
+                "limits": draw(
+                    st.dictionaries(st.sampled_from(["nvidia.com/gpu", "rdma/hca", "cpu"]), st.just(1), max_size=2)
+                )
+            }
         out.append(c)
     return out
 
 
 @st.composite
 def pods(draw: st.DrawFn) -> dict[str, Any]:
-    labels = draw(st.dictionaries(
-        st.sampled_from(["volcano.sh/job-name", "volcano.sh/task-spec", "training.kubeflow.org/job-name",
-                         "jobset.sigs.k8s.io/jobset-name", "leaderworkerset.sigs.k8s.io/name",
-                         "batch.kubernetes.io/job-completion-index", "statefulset.kubernetes.io/pod-name"]),
-        dns_label, max_size=3))
-    annotations = draw(st.dictionaries(
-        st.sampled_from(["hostnet-rdma.io/profile", "hostnet-rdma.io/skip", "hostnet-rdma.io/shm-size",
-                         "hostnet-rdma.io/wrap", "hostnet-rdma.io/containers", "scheduling.k8s.io/group-name"]),
-        st.sampled_from(["BM.GPU4.8", "default", "x", "false", "true", "8Gi", "shm,wrap", "main"]), max_size=3))
+    labels = draw(
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "volcano.sh/job-name",
+                    "volcano.sh/task-spec",
+                    "training.kubeflow.org/job-name",
+                    "jobset.sigs.k8s.io/jobset-name",
+                    "leaderworkerset.sigs.k8s.io/name",
+                    "batch.kubernetes.io/job-completion-index",
+                    "statefulset.kubernetes.io/pod-name",
+                ]
+            ),
+            dns_label,
+            max_size=3,
+        )
+    )
+    annotations = draw(
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "hostnet-rdma.io/profile",
+                    "hostnet-rdma.io/skip",
+                    "hostnet-rdma.io/shm-size",
+                    "hostnet-rdma.io/wrap",
+                    "hostnet-rdma.io/containers",
+                    "scheduling.k8s.io/group-name",
+                ]
+            ),
+            st.sampled_from(["BM.GPU4.8", "default", "x", "false", "true", "8Gi", "shm,wrap", "main"]),
+            max_size=3,
+        )
+    )
     spec: dict[str, Any] = {"containers": draw(containers())}
     spec["hostNetwork"] = draw(st.sampled_from([True, True, True, False, None]))
     if spec["hostNetwork"] is None:
@@ -138,8 +181,6 @@ def test_input_is_never_modified(pod: dict[str, Any]) -> None:
     import copy
 
     snapshot = copy.deepcopy(pod)
-    try:
+    with contextlib.suppress(UnsupportedPod):
         mutate(pod, PARAMS)
-    except UnsupportedPod:
-        pass
     assert pod == snapshot

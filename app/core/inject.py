@@ -147,7 +147,9 @@ def privileged(pod: Obj, ctx: Context) -> Outcome:
     for c in _training(pod, ctx):
         sc = child(c, "securityContext")
         if sc.get("privileged") is False:
-            ctx.warn(f"{c.get('name')}: privileged: false kept; hostPath RDMA devices may be unusable (NCCL falls back to sockets)")
+            ctx.warn(
+                f"{c.get('name')}: privileged: false kept; hostPath RDMA devices may be unusable (NCCL falls back to sockets)"
+            )
             continue
         if sc.get("allowPrivilegeEscalation") is False:
             ctx.warn(f"{c.get('name')}: not made privileged because allowPrivilegeEscalation is false")
@@ -159,7 +161,9 @@ def privileged(pod: Obj, ctx: Context) -> Outcome:
 def nccl_env(pod: Obj, ctx: Context) -> Outcome:
     for c in _training(pod, ctx):
         if c.get("envFrom"):
-            ctx.warn(f"{c.get('name')}: envFrom values are invisible at admission; profile env (NCCL_*) takes precedence over them")
+            ctx.warn(
+                f"{c.get('name')}: envFrom values are invisible at admission; profile env (NCCL_*) takes precedence over them"
+            )
         for key, value in ctx.profile.env:
             set_env_default(c, key, value)
     return None

@@ -104,7 +104,11 @@ def _training_containers(pod: Obj, info: LauncherInfo, ann: dict[str, str], warn
         chosen = [by_name[n] for n in wanted if n in by_name]
         if chosen:
             return sorted(set(chosen))
-    chosen = [i for i, c in enumerate(containers) if wrap.mentions_torchrun(c) or wrap._MODULE_RUN.search(" ".join(wrap.original_argv(c)))]
+    chosen = [
+        i
+        for i, c in enumerate(containers)
+        if wrap.mentions_torchrun(c) or wrap._MODULE_RUN.search(" ".join(wrap.original_argv(c)))
+    ]
     if chosen:
         return chosen
     if info.designated_container in by_name:
@@ -116,7 +120,13 @@ def _status(params: Params, info: LauncherInfo, profile: str, applied: list[str]
     # Describes the resulting state, not this pass's actions, so a second pass writes the
     # same value (idempotency) and reinvocation does not churn.
     return json.dumps(
-        {"version": params.version, "launcher": info.launcher, "profile": profile, "steps": applied, "skipped": skipped},
+        {
+            "version": params.version,
+            "launcher": info.launcher,
+            "profile": profile,
+            "steps": applied,
+            "skipped": skipped,
+        },
         separators=(",", ":"),
         sort_keys=True,
     )

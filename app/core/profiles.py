@@ -15,7 +15,9 @@ def select(pod: dict[str, Any], config: InjectConfig, warnings: list[str]) -> tu
     if wanted:
         if wanted in config.profiles:
             return config.profiles[wanted], f"annotation {names.ANN_PROFILE}"
-        warnings.append(f"unknown NCCL profile {wanted!r} in {names.ANN_PROFILE}; known: {', '.join(sorted(config.profiles))}")
+        warnings.append(
+            f"unknown NCCL profile {wanted!r} in {names.ANN_PROFILE}; known: {', '.join(sorted(config.profiles))}"
+        )
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     instance_type = selector.get(names.INSTANCE_TYPE_LABEL) if isinstance(selector, dict) else None
     if instance_type and instance_type in config.profiles:

@@ -122,11 +122,15 @@ def wrap(pod: Obj, ctx: Context) -> Outcome:
         argv = original_argv(c)
         cname = c.get("name")
         if not c.get("command") and not is_wrapped(c):
-            ctx.warn(f"{cname}: no command (image entrypoint unknown at admission); torchrun settings passed as PET_* env")
+            ctx.warn(
+                f"{cname}: no command (image entrypoint unknown at admission); torchrun settings passed as PET_* env"
+            )
             _pet_fallback(c, ctx, identities)
             continue
         if _MODULE_RUN.search(" ".join(argv)):
-            ctx.warn(f"{cname}: python -m torch.distributed.run bypasses the wrapper; torchrun settings passed as PET_* env")
+            ctx.warn(
+                f"{cname}: python -m torch.distributed.run bypasses the wrapper; torchrun settings passed as PET_* env"
+            )
             _pet_fallback(c, ctx, identities)
         rest = c["command"][5:] if is_wrapped(c) else list(c["command"])
         c["command"] = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, ctx.params.wrapper_payload, *rest]

@@ -90,7 +90,8 @@ class Argv:
     def replace(self, option: str, value: str) -> None:
         index, inline = self.options[option]
         if inline is not None or index + 1 >= len(self.args):
-            self.args[index] = f"{option}={value}"
+            spelled = self.args[index].partition("=")[0]  # keep the user's --rdzv_conf spelling
+            self.args[index] = f"{spelled}={value}"
         else:
             self.args[index + 1] = value
 
@@ -208,7 +209,9 @@ def merge(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], Plan]
         if endpoint:
             argv.prepend("--rdzv-endpoint", endpoint)
         else:
-            plan.notes.append("default rendezvous endpoint needs env that is not set: " + env["HOSTNET_RDMA_RDZV_ENDPOINT"])
+            plan.notes.append(
+                "default rendezvous endpoint needs env that is not set: " + env["HOSTNET_RDMA_RDZV_ENDPOINT"]
+            )
     plan.endpoint = endpoint or ""
 
     nnodes, _ = effective(argv, env, "--nnodes")
@@ -243,7 +246,7 @@ def merge(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], Plan]
         elif plan.endpoint:
             identities = [i for i in env.get("HOSTNET_RDMA_IDENTITIES", "").split(",") if i]
             plan.is_host = "true" if is_own_endpoint(plan.endpoint, identities) else "false"
-            merged = ",".join(f"{k}={v}" for k, v in pairs + [("is_host", plan.is_host)])
+            merged = ",".join(f"{k}={v}" for k, v in [*pairs, ("is_host", plan.is_host)])
             if source == "cli":
                 argv.replace("--rdzv-conf", merged)
             else:
@@ -395,8 +398,7 @@ def check_torch_version(version: str, minimum: str) -> None:
     if have and need and have < need:
         raise PreflightError(
             f"torch {version} is older than {minimum}: torch 2.4.x ignores --local-addr, so "
-            "other nodes would be told this node's host name and hang. Use torch >= 2.5. See "
-            + README_TROUBLESHOOTING
+            "other nodes would be told this node's host name and hang. Use torch >= 2.5. See " + README_TROUBLESHOOTING
         )
 
 
@@ -409,8 +411,7 @@ def preflight(plan: Plan, env: Mapping[str, str], interpreter: Optional[str]) ->
         if code != 0:
             raise PreflightError(
                 f"rendezvous backend {plan.backend} needs the `etcd` module (python-etcd), which "
-                "this image lacks. Install it first: `pip install python-etcd==0.4.5`. See "
-                + README_TROUBLESHOOTING
+                "this image lacks. Install it first: `pip install python-etcd==0.4.5`. See " + README_TROUBLESHOOTING
             )
     timeout = float(env.get("HOSTNET_RDMA_DNS_TIMEOUT", "300") or 300)
     if plan.local_addr:
@@ -468,7 +469,7 @@ def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
         log(summary)
         for note in notes:
             log(note)
-        sys.stdout.write(json.dumps(["torchrun"] + new_args) + "\n")
+        sys.stdout.write(json.dumps(["torchrun", *new_args]) + "\n")
         sys.stdout.flush()
         return 0
     real = find_real_torchrun(env)
@@ -485,7 +486,7 @@ def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
     for note in notes:
         log(note)
     env.update(extra_env)
-    os.execve(real, [real] + new_args, env)
+    os.execve(real, [real, *new_args], env)
     return 0  # pragma: no cover  (execve does not return)
 
 

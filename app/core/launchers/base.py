@@ -72,12 +72,12 @@ def spec(pod: Pod) -> dict[str, Any]:
     return s if isinstance(s, dict) else {}
 
 
-def labels(pod: Pod) -> dict[str, str]:
+def pod_labels(pod: Pod) -> dict[str, str]:
     v = meta(pod).get("labels")
     return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else {}
 
 
-def annotations(pod: Pod) -> dict[str, str]:
+def pod_annotations(pod: Pod) -> dict[str, str]:
     v = meta(pod).get("annotations")
     return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else {}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.launchers.base import LauncherInfo, Pod, hostname_and_subdomain, labels, name, owner
+from app.core.launchers.base import LauncherInfo, Pod, hostname_and_subdomain, name, owner, pod_labels
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
@@ -13,10 +13,10 @@ class IndexedJob:
     name = "job"
 
     def detect(self, pod: Pod) -> bool:
-        return COMPLETION_INDEX in labels(pod) or owner(pod, "batch", "Job") is not None
+        return COMPLETION_INDEX in pod_labels(pod) or owner(pod, "batch", "Job") is not None
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
-        lab = labels(pod)
+        lab = pod_labels(pod)
         ref = owner(pod, "batch", "Job") or {}
         hostname, subdomain = hostname_and_subdomain(pod)
         return LauncherInfo(
@@ -33,12 +33,12 @@ class StatefulSet:
     name = "statefulset"
 
     def detect(self, pod: Pod) -> bool:
-        return STS_POD_NAME in labels(pod) or owner(pod, "apps", "StatefulSet") is not None
+        return STS_POD_NAME in pod_labels(pod) or owner(pod, "apps", "StatefulSet") is not None
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
         ref = owner(pod, "apps", "StatefulSet") or {}
         hostname, subdomain = hostname_and_subdomain(pod)
-        hostname = hostname or name(pod) or labels(pod).get(STS_POD_NAME, "")
+        hostname = hostname or name(pod) or pod_labels(pod).get(STS_POD_NAME, "")
         return LauncherInfo(
             launcher=self.name,
             job=str(ref.get("name") or ""),

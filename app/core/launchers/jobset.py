@@ -11,10 +11,10 @@ from __future__ import annotations
 from app.core.launchers.base import (
     LauncherInfo,
     Pod,
-    annotations,
     containers,
     hostname_and_subdomain,
-    labels,
+    pod_annotations,
+    pod_labels,
 )
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
@@ -22,7 +22,7 @@ JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 
 
 def _jobset(pod: Pod) -> tuple[str, str]:
-    lab, ann = labels(pod), annotations(pod)
+    lab, ann = pod_labels(pod), pod_annotations(pod)
     return (
         lab.get(JOBSET_NAME) or ann.get(JOBSET_NAME) or "",
         lab.get(JOBSET_UID) or ann.get(JOBSET_UID) or "",

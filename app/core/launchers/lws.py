@@ -6,7 +6,7 @@ possibly after ours (we are re-invoked then), so defaults refer to that env at r
 
 from __future__ import annotations
 
-from app.core.launchers.base import LauncherInfo, Pod, hostname_and_subdomain, labels, name
+from app.core.launchers.base import LauncherInfo, Pod, hostname_and_subdomain, name, pod_labels
 
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
@@ -17,10 +17,10 @@ class LeaderWorkerSet:
     name = "lws"
 
     def detect(self, pod: Pod) -> bool:
-        return LWS_NAME in labels(pod)
+        return LWS_NAME in pod_labels(pod)
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
-        lab = labels(pod)
+        lab = pod_labels(pod)
         lws = lab[LWS_NAME]
         hostname, subdomain = hostname_and_subdomain(pod)
         hostname = hostname or name(pod)

@@ -10,7 +10,7 @@ Without elasticPolicy it sets MASTER_ADDR (static rendezvous): nothing to fix bu
 
 from __future__ import annotations
 
-from app.core.launchers.base import LauncherInfo, Pod, labels, name, owner
+from app.core.launchers.base import LauncherInfo, Pod, name, owner, pod_labels
 
 JOB_NAME = "training.kubeflow.org/job-name"
 OPERATOR = "training.kubeflow.org/operator-name"
@@ -22,12 +22,12 @@ class PyTorchJob:
     def detect(self, pod: Pod) -> bool:
         if owner(pod, "kubeflow.org", "PyTorchJob") is not None:
             return True
-        lab = labels(pod)
+        lab = pod_labels(pod)
         return JOB_NAME in lab and lab.get(OPERATOR, "pytorchjob-controller") == "pytorchjob-controller"
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
         ref = owner(pod, "kubeflow.org", "PyTorchJob") or {}
-        job = labels(pod).get(JOB_NAME) or str(ref.get("name") or "")
+        job = pod_labels(pod).get(JOB_NAME) or str(ref.get("name") or "")
         pod_name = name(pod)
         return LauncherInfo(
             launcher=self.name,

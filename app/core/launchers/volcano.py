@@ -12,12 +12,12 @@ import re
 from app.core.launchers.base import (
     LauncherInfo,
     Pod,
-    annotations,
     env_names,
     hostname_and_subdomain,
-    labels,
     name,
     owner,
+    pod_annotations,
+    pod_labels,
 )
 
 JOB_NAME = "volcano.sh/job-name"
@@ -31,10 +31,10 @@ class Volcano:
     name = "volcano"
 
     def detect(self, pod: Pod) -> bool:
-        return owner(pod, "batch.volcano.sh", "Job") is not None or JOB_NAME in labels(pod)
+        return owner(pod, "batch.volcano.sh", "Job") is not None or JOB_NAME in pod_labels(pod)
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
-        lab, ann = labels(pod), annotations(pod)
+        lab, ann = pod_labels(pod), pod_annotations(pod)
         ref = owner(pod, "batch.volcano.sh", "Job") or {}
         job = lab.get(JOB_NAME) or ann.get(JOB_NAME) or str(ref.get("name") or "")
         task = lab.get(TASK_SPEC) or ann.get(TASK_SPEC) or ""

@@ -1,0 +1,39 @@
+# hostnet-rdma — the two commands: `make run` (the webhook, locally) and `make test` (every tier).
+# Both do their own set-up on a fresh machine: a virtualenv in .venv with the project and its
+# test deps, and (for the API-server tier) kube-apiserver/etcd/helm built once into a cache
+# outside the repo (~/.cache/hostnet-rdma).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test setup lint fmt golden bench clean
+
+setup: $(STAMP)
+
+# --system-site-packages: reuse a machine-wide torch if there is one (it is large).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,rendezvous]'
+	touch $@
+
+run: setup
+	$(VENV)/bin/hostnet-rdma serve --dev
+
+test: setup
+	VENV=$(VENV) scripts/test.sh
+
+lint: setup
+	VENV=$(VENV) scripts/lint.sh
+
+fmt: setup
+	$(PY) -m ruff format app tests scripts
+	$(PY) -m ruff check --fix app tests scripts
+
+golden: setup
+	REFRESH_GOLDEN=1 $(PY) -m pytest -q tests/test_golden.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

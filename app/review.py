@@ -1,0 +1,128 @@
+"""AdmissionReview (admission.k8s.io/v1) in, AdmissionReview out. Pure: no HTTP, no I/O.
+
+Two error families, enforced here and only here:
+- the *review request* is malformed (not JSON, wrong apiVersion/kind, no request/uid/object)
+  -> BadReview -> HTTP 400 with a one-line reason; nothing is mutated;
+- the *pod* is one we cannot handle safely, or something unexpected breaks -> the pod is
+  allowed unchanged with an admission warning (a bad patch would fail pod creation even
+  under failurePolicy: Ignore). We never deny: this webhook only adds plumbing.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+import orjson
+
+from app.core import InvalidPod, Params, UnsupportedPod, mutate
+from app.core import patch as jsonpatch_
+from app.core.mutate import Result
+
+API_VERSION = "admission.k8s.io/v1"
+WARNING_PREFIX = "hostnet-rdma: "
+MAX_WARNING = 240  # the API server truncates longer warnings
+
+
+class AdmissionResponse(TypedDict, total=False):
+    uid: str
+    allowed: bool
+    patchType: Literal["JSONPatch"]
+    patch: str
+    warnings: list[str]
+
+
+class BadReview(ValueError):
+    """The review request itself is malformed: HTTP 400."""
+
+
+@dataclass
+class Outcome:
+    body: bytes
+    outcome: str  # mutated | unchanged | skipped | unsupported | error
+    launcher: str = ""
+    uid: str = ""
+    namespace: str = ""
+    name: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def _warning(text: str) -> str:
+    text = WARNING_PREFIX + " ".join(text.split())
+    return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
+
+
+def build_response(uid: str, ops: list[dict[str, Any]] | None = None, warnings: list[str] | None = None) -> bytes:
+    """The one place that copies the UID and serialises the patch."""
+    response: AdmissionResponse = {"uid": uid, "allowed": True}
+    if ops:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(ops)).decode("ascii")
+    if warnings:
+        response["warnings"] = [_warning(w) for w in warnings]
+    return orjson.dumps({"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response})
+
+
+def parse(body: bytes) -> dict[str, Any]:
+    """Validate the envelope; return the `request` object."""
+    if not body:
+        raise BadReview("empty body: expected an admission.k8s.io/v1 AdmissionReview")
+    try:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise BadReview("body is not JSON: expected an admission.k8s.io/v1 AdmissionReview") from None
+    if not isinstance(review, dict):
+        raise BadReview("body is not a JSON object")
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
+        raise BadReview(
+            f"expected apiVersion {API_VERSION} kind AdmissionReview, "
+            f"got {review.get('apiVersion')!r} {review.get('kind')!r}"
+        )
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("AdmissionReview has no request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("AdmissionReview request has no uid")
+    return request
+
+
+def review(body: bytes, params: Params) -> Outcome:
+    """Handle one review body. Raises BadReview for a malformed envelope only."""
+    request = parse(body)
+    uid: str = request["uid"]
+    namespace = str(request.get("namespace") or "")
+    operation = request.get("operation")
+    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
+    if operation is not None and operation != "CREATE":
+        return Outcome(build_response(uid), "skipped", uid=uid, namespace=namespace)
+    if kind and (kind.get("kind") != "Pod" or kind.get("group", "") != ""):
+        return Outcome(build_response(uid), "skipped", uid=uid, namespace=namespace)
+    pod = request.get("object")
+    if not isinstance(pod, dict):
+        raise BadReview("AdmissionReview request has no object")
+    name = str((pod.get("metadata") or {}).get("name") or (pod.get("metadata") or {}).get("generateName") or "")
+    if namespace and namespace != params.namespace:
+        params = Params(params.config, namespace, params.wrapper_payload, params.version)
+    try:
+        result: Result = mutate(pod, params)
+    except (InvalidPod, UnsupportedPod) as e:
+        msg = f"pod left unchanged: {e}"
+        return Outcome(
+            build_response(uid, warnings=[msg]), "unsupported", uid=uid, namespace=namespace, name=name, warnings=[msg]
+        )
+    except Exception as e:  # never a traceback to the API server; the pod goes through unchanged
+        msg = f"pod left unchanged: internal error ({type(e).__name__}); please report it"
+        return Outcome(
+            build_response(uid, warnings=[msg]), "error", uid=uid, namespace=namespace, name=name, warnings=[msg]
+        )
+    launcher = result.launcher.launcher if result.launcher else ""
+    if not result.changed:
+        return Outcome(
+            build_response(uid, warnings=result.warnings), "unchanged", launcher, uid, namespace, name, result.warnings
+        )
+    ops = jsonpatch_.diff(pod, result.pod)
+    return Outcome(
+        build_response(uid, ops, result.warnings), "mutated", launcher, uid, namespace, name, result.warnings
+    )

@@ -1,0 +1,209 @@
+"""The HTTPS admission server: a FastAPI app built by create_app(), no module singletons.
+
+POST /mutate takes an AdmissionReview; /healthz, /readyz, /metrics. The HTTP layer only
+checks size and content type, calls app.review, and writes; all policy lives in the core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from app import __version__, config
+from app.core import ConfigError, InjectConfig, Params
+from app.review import BadReview, review
+from app.settings import ServerSettings
+from app.wrapper import payload
+
+log = logging.getLogger("hostnet_rdma.admission")
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line; admission records carry their fields as `extra`."""
+
+    FIELDS = ("uid", "namespace", "pod", "launcher", "outcome", "ms", "warnings")
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {"level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
+        for key in self.FIELDS:
+            if hasattr(record, key):
+                data[key] = getattr(record, key)
+        return orjson.dumps(data).decode()
+
+
+class ConfigHolder:
+    """The live InjectConfig; reloaded when its file changes, kept when the new one is bad."""
+
+    def __init__(self, path: Path | None, poll_seconds: float) -> None:
+        self.path = path
+        self.poll_seconds = poll_seconds
+        self.config: InjectConfig = config.load(path)
+        self._stamp = self._read_stamp()
+        self._stop = threading.Event()
+        self.reloads = 0
+
+    def _read_stamp(self) -> bytes | None:
+        if self.path is None:
+            return None
+        try:
+            return self.path.read_bytes()
+        except OSError:
+            return None
+
+    def check(self) -> bool:
+        stamp = self._read_stamp()
+        if stamp is None or stamp == self._stamp:
+            return False
+        try:
+            self.config = config.load(self.path)
+        except ConfigError as e:
+            logging.getLogger("hostnet_rdma.config").warning("config not reloaded, keeping the old one: %s", e)
+            self._stamp = stamp
+            return False
+        self._stamp = stamp
+        self.reloads += 1
+        logging.getLogger("hostnet_rdma.config").info("config reloaded from %s", self.path)
+        return True
+
+    def _watch(self) -> None:
+        assert self.path is not None
+        try:
+            from watchfiles import watch
+
+            for _ in watch(
+                self.path.parent,
+                stop_event=self._stop,
+                rust_timeout=int(self.poll_seconds * 1000),
+                yield_on_timeout=True,
+            ):
+                self.check()
+        except Exception:
+            while not self._stop.wait(self.poll_seconds):
+                self.check()
+
+    def start(self) -> None:
+        if self.path is not None:
+            threading.Thread(target=self._watch, name="config-reload", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "hostnet_rdma_admission_requests",
+            "Admission reviews handled",
+            ["outcome", "launcher"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "hostnet_rdma_admission_duration_seconds",
+            "Time to answer one admission review",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=self.registry,
+        )
+        self.cert_expiry = Gauge(
+            "hostnet_rdma_certificate_expiry_timestamp_seconds", "Serving certificate notAfter", registry=self.registry
+        )
+        self.config_reloads = Gauge("hostnet_rdma_config_reloads", "Config reloads since start", registry=self.registry)
+
+
+def create_app(
+    settings: ServerSettings,
+    config_holder: ConfigHolder | None = None,
+    cert_expiry: Callable[[], float] | None = None,
+    on_startup: Callable[[], None] | None = None,
+) -> FastAPI:
+    holder = config_holder or ConfigHolder(settings.config, settings.poll_seconds)
+    metrics = Metrics()
+    wrapper_payload = payload()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if on_startup is not None:
+            on_startup()
+        yield
+
+    app = FastAPI(title="hostnet-rdma", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.config = holder
+    app.state.metrics = metrics
+
+    def bad(status: int, reason: str) -> Response:
+        return JSONResponse({"error": reason}, status_code=status)
+
+    @app.post("/mutate")
+    async def mutate_endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        ctype = request.headers.get("content-type", "")
+        if ctype.split(";")[0].strip().lower() != "application/json":
+            metrics.requests.labels("bad_request", "").inc()
+            return bad(415, f"content type must be application/json, got {ctype or 'none'!r}")
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > settings.max_body_bytes:
+            metrics.requests.labels("bad_request", "").inc()
+            return bad(413, f"body over {settings.max_body_bytes} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > settings.max_body_bytes:
+                metrics.requests.labels("bad_request", "").inc()
+                return bad(413, f"body over {settings.max_body_bytes} bytes")
+            chunks.append(chunk)
+        params = Params(
+            config=holder.config,
+            namespace=settings.default_namespace,
+            wrapper_payload=wrapper_payload,
+            version=__version__,
+        )
+        try:
+            result = review(b"".join(chunks), params)
+        except BadReview as e:
+            metrics.requests.labels("bad_request", "").inc()
+            return bad(400, str(e))
+        elapsed = time.perf_counter() - started
+        metrics.requests.labels(result.outcome, result.launcher).inc()
+        metrics.latency.observe(elapsed)
+        log.info(
+            "admission",
+            extra={
+                "uid": result.uid,
+                "namespace": result.namespace,
+                "pod": result.name,
+                "launcher": result.launcher,
+                "outcome": result.outcome,
+                "ms": round(elapsed * 1000, 3),
+                "warnings": len(result.warnings),
+            },
+        )
+        return Response(result.body, media_type="application/json")
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return PlainTextResponse("ok")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        # Ready once certs and config are loaded: both happen before the app is built.
+        return PlainTextResponse("ok")
+
+    @app.get("/metrics")
+    async def metrics_endpoint() -> Response:
+        if cert_expiry is not None:
+            metrics.cert_expiry.set(cert_expiry())
+        metrics.config_reloads.set(holder.reloads)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,101 @@
+"""`hostnet-rdma serve`: uvicorn over TLS with a hot-reloading certificate."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from app import tls
+from app.core import ConfigError
+from app.settings import ServerSettings
+
+DEV_CERT_DIR = Path("dev-certs")
+
+
+def configure_logging(level: str) -> None:
+    from app.server import JsonLogFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter())
+    root = logging.getLogger("hostnet_rdma")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.server import ConfigHolder, create_app
+
+    overrides: dict[str, Any] = {
+        k: v
+        for k, v in {"host": args.host, "port": args.port, "cert_dir": args.cert_dir, "config": args.config}.items()
+        if v is not None
+    }
+    settings = ServerSettings(**overrides)
+    if args.dev:
+        settings.cert_dir = tls.dev_certs(Path(args.cert_dir) if args.cert_dir else DEV_CERT_DIR)
+        if args.host is None:
+            settings.host = "127.0.0.1"
+    configure_logging(settings.log_level)
+    log = logging.getLogger("hostnet_rdma.server")
+    try:
+        holder = ConfigHolder(settings.config, settings.poll_seconds)
+    except ConfigError as e:
+        print(f"hostnet-rdma: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        cert = tls.ReloadingCert(settings.cert_dir, settings.poll_seconds)
+    except (OSError, ValueError) as e:
+        print(
+            f"hostnet-rdma: error: cannot load {settings.cert_dir}/{tls.CERT_FILE} and {tls.KEY_FILE}: {e}. "
+            "Mount the serving Secret there, or use --dev for a local self-signed pair.",
+            file=sys.stderr,
+        )
+        return 2
+
+    def _start_watchers() -> None:
+        cert.attach(asyncio.get_running_loop())
+        cert.start()
+        holder.start()
+
+    app = create_app(settings, holder, cert_expiry=lambda: cert.expiry.timestamp(), on_startup=_start_watchers)
+
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        ssl_context_factory=lambda _cfg, _default: cert.context,
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=30,
+    )
+    log.info("serving https://%s:%s (certs %s)", settings.host, settings.port, settings.cert_dir)
+    if args.dev:
+        print(
+            f"hostnet-rdma: dev server on https://{settings.host}:{settings.port}  "
+            f"(CA: {settings.cert_dir / tls.CA_FILE})\n"
+            f"  curl --cacert {settings.cert_dir / tls.CA_FILE} https://127.0.0.1:{settings.port}/healthz",
+            file=sys.stderr,
+        )
+    uvicorn.Server(config).run()
+    cert.stop()
+    holder.stop()
+    return 0
+
+
+def register(sub: Any) -> None:
+    s = sub.add_parser("serve", help="run the admission webhook (HTTPS)")
+    s.add_argument("--host", help="listen address (default 0.0.0.0; 127.0.0.1 with --dev)")
+    s.add_argument("--port", type=int, help="listen port (default 8443)")
+    s.add_argument(
+        "--cert-dir", help=f"directory with {tls.CERT_FILE} and {tls.KEY_FILE} (default /etc/hostnet-rdma/tls)"
+    )
+    s.add_argument("--config", help="cluster config file (NCCL profiles, injection defaults); reloaded on change")
+    s.add_argument("--dev", action="store_true", help=f"self-signed CA + cert for 127.0.0.1 in ./{DEV_CERT_DIR}")
+    s.set_defaults(func=cmd_serve)

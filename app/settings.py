@@ -1,0 +1,22 @@
+"""Server settings: flags override env (HOSTNET_RDMA_*), which override these defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HOSTNET_RDMA_", extra="ignore")
+
+    host: str = "0.0.0.0"
+    port: int = 8443
+    cert_dir: Path = Path("/etc/hostnet-rdma/tls")
+    config: Path | None = None
+    # Config and cert files are also polled, for volumes whose updates watchers miss.
+    poll_seconds: float = 10.0
+    max_body_bytes: int = 7 * 1024 * 1024
+    log_level: str = "info"
+    # Namespace assumed when a review carries none.
+    default_namespace: str = "default"
