@@ -8,6 +8,7 @@ Wall times are printed (pytest -s) and collected in the closing notes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -158,10 +159,8 @@ def wait_all(runs: list[Run], bound: float = BOUND) -> float:
     start = time.monotonic()
     for r in runs:
         remaining = max(0.1, bound - (time.monotonic() - start))
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             r.proc.wait(timeout=remaining)
-        except subprocess.TimeoutExpired:
-            pass
     elapsed = time.monotonic() - start
     for r in runs:
         stop(r.proc)

@@ -10,6 +10,7 @@ names fail at once instead of timing out. All traffic stays inside namespaces we
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -125,8 +126,6 @@ def stop(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     if proc.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 9)
-        except ProcessLookupError:
-            pass
         proc.wait()

@@ -1,0 +1,92 @@
+"""`hostnet-rdma mutate`: the preview users run before they trust the webhook."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonpatch
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+POD = ROOT / "tests" / "golden" / "volcano" / "plain-c10d-worker-1.yaml"
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], input=stdin, capture_output=True, text=True, cwd=ROOT
+    )
+
+
+def test_yaml_output_and_summary() -> None:
+    p = cli("mutate", "-f", str(POD))
+    assert p.returncode == 0, p.stderr
+    pod = yaml.safe_load(p.stdout)
+    assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert p.stderr.startswith("hostnet-rdma: launcher volcano (job ddp-vc); identity ddp-vc-worker-1.ddp-vc;")
+    assert "rendezvous endpoint ddp-vc-worker-0.ddp-vc:23456" in p.stderr
+    assert "profile BM.GPU4.8 (nodeSelector node.kubernetes.io/instance-type=BM.GPU4.8)" in p.stderr
+
+
+def test_patch_output_applies_to_the_input_and_equals_json_output() -> None:
+    ops = json.loads(cli("mutate", "-f", str(POD), "-o", "patch").stdout)
+    full = json.loads(cli("mutate", "-f", str(POD), "-o", "json").stdout)
+    assert jsonpatch.apply_patch(yaml.safe_load(POD.read_text()), ops) == full
+
+
+def test_stdin_and_json_input() -> None:
+    pod = yaml.safe_load(POD.read_text())
+    p = cli("mutate", "-f", "-", "-o", "json", stdin=json.dumps(pod))
+    assert p.returncode == 0 and json.loads(p.stdout)["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+
+
+def test_not_a_pod_exits_2_with_one_line() -> None:
+    p = cli("mutate", "-f", "-", stdin="apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: j}\n")
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "hostnet-rdma: error: - holds a Job, not a Pod (preview the pod its controller creates)"
+    ]
+    assert p.stdout == ""
+
+
+def test_not_yaml_exits_2() -> None:
+    p = cli("mutate", "-f", "-", stdin="kind: Pod\n  bad: [indent")
+    assert p.returncode == 2 and p.stderr.startswith("hostnet-rdma: error: - is not YAML or JSON:")
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_missing_file_exits_2() -> None:
+    p = cli("mutate", "-f", "/nonexistent.yaml")
+    assert p.returncode == 2 and "cannot read /nonexistent.yaml" in p.stderr
+
+
+def test_bad_config_exits_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("profiles:\n  evil:\n    env: {LD_PRELOAD: /tmp/x.so}\n")
+    p = cli("mutate", "-f", str(POD), "--config", str(cfg))
+    assert p.returncode == 2
+    assert "env key 'LD_PRELOAD' is not allowed; only NCCL_*" in p.stderr
+
+
+def test_custom_profile_from_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("profiles:\n  BM.GPU4.8:\n    env: {NCCL_IB_HCA: '=mlx5_0', NCCL_IB_GID_INDEX: 3}\n")
+    pod = json.loads(cli("mutate", "-f", str(POD), "-o", "json", "--config", str(cfg)).stdout)
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["NCCL_IB_HCA"] == "=mlx5_0" and env["NCCL_IB_GID_INDEX"] == "3"
+    assert "NCCL_IB_TC" not in env  # the config's profile replaces the built-in one
+
+
+def test_unknown_config_key_is_rejected(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("inject: {shmSise: 8Gi}\n")
+    p = cli("mutate", "-f", str(POD), "--config", str(cfg))
+    assert p.returncode == 2 and "config: inject.shmSise: Extra inputs are not permitted" in p.stderr
+
+
+def test_not_hostnetwork_unchanged() -> None:
+    p = cli("mutate", "-f", str(ROOT / "tests/golden/generic/not-hostnetwork.yaml"), "-o", "patch")
+    assert p.returncode == 0 and json.loads(p.stdout) == []
+    assert "unchanged: not a hostNetwork pod" in p.stderr
