@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             settings.host = "127.0.0.1"
     configure_logging(settings.log_level)
     log = logging.getLogger("hostnet_rdma.server")
+    stop_certs = threading.Event()
+    if args.self_managed_certs:
+        rc = _self_managed(args, settings, stop_certs)
+        if rc:
+            return rc
     try:
         holder = ConfigHolder(settings.config, settings.poll_seconds)
     except ConfigError as e:
@@ -84,8 +91,39 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     uvicorn.Server(config).run()
+    stop_certs.set()
     cert.stop()
     holder.stop()
+    return 0
+
+
+def _self_managed(args: argparse.Namespace, settings: ServerSettings, stop: threading.Event) -> int:
+    """Create/rotate the CA + serving cert in a Secret and patch our caBundle, then keep checking."""
+    import datetime as dt
+
+    from kubernetes.client.exceptions import ApiException
+
+    from app import kube
+
+    namespace = args.namespace or os.environ.get("POD_NAMESPACE", "")
+    missing = [f for f, v in (("--namespace/POD_NAMESPACE", namespace), ("--secret", args.secret),
+                              ("--service", args.service), ("--webhook-config", args.webhook_config)) if not v]  # fmt: skip
+    if missing:
+        print(f"hostnet-rdma: error: --self-managed-certs needs {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        from app import config as config_mod
+
+        cluster_domain = config_mod.load(settings.config).cluster_domain
+        certs = kube.SelfManagedCerts(
+            kube.api_client(args.kubeconfig), namespace, args.secret, args.service, args.webhook_config,
+            settings.cert_dir, cluster_domain, dt.timedelta(days=args.rotate_before_days),
+        )  # fmt: skip
+        certs.ensure()
+    except (ApiException, OSError, RuntimeError, ConfigError) as e:
+        print(f"hostnet-rdma: error: self-managed certificates: {e}", file=sys.stderr)
+        return 1
+    threading.Thread(target=certs.run, args=(stop, args.cert_check_seconds), name="cert-manage", daemon=True).start()
     return 0
 
 
@@ -98,4 +136,13 @@ def register(sub: Any) -> None:
     )
     s.add_argument("--config", help="cluster config file (NCCL profiles, injection defaults); reloaded on change")
     s.add_argument("--dev", action="store_true", help=f"self-signed CA + cert for 127.0.0.1 in ./{DEV_CERT_DIR}")
+    s.add_argument("--self-managed-certs", action="store_true",
+                   help="keep a CA + serving cert in a Secret and patch the webhook caBundle (needs RBAC)")  # fmt: skip
+    s.add_argument("--namespace", help="namespace of the Secret and Service (default: $POD_NAMESPACE)")
+    s.add_argument("--secret", help="Secret holding the CA and serving cert")
+    s.add_argument("--service", help="the webhook's Service name (certificate SANs)")
+    s.add_argument("--webhook-config", help="MutatingWebhookConfiguration whose caBundle to patch")
+    s.add_argument("--rotate-before-days", type=int, default=30, help="renew the serving cert this long before expiry")
+    s.add_argument("--cert-check-seconds", type=float, default=3600.0, help="how often to re-check the Secret")
+    s.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
     s.set_defaults(func=cmd_serve)

@@ -1,0 +1,169 @@
+"""The only module that talks to the Kubernetes API (`kubernetes` client).
+
+Self-managed certificates: a CA and a serving cert kept in one Secret, shared by every
+replica, and the CA written into our MutatingWebhookConfiguration's caBundle. Safe when
+several replicas start at once: creating the Secret is the lock (409 -> use the winner's),
+updates carry resourceVersion, and patching the caBundle with the same CA is idempotent.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from app import tls
+
+log = logging.getLogger("hostnet_rdma.certs")
+
+CA_KEY = "ca.key"
+
+
+def api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """In-cluster credentials in a pod; otherwise KUBECONFIG / ~/.kube/config."""
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return client.ApiClient(cfg)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(data: dict[str, str], key: str) -> bytes:
+    return base64.b64decode(data.get(key, ""))
+
+
+def _sans(cert_pem: bytes) -> set[str]:
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return set()
+    return set(ext.value.get_values_for_type(x509.DNSName))
+
+
+@dataclass
+class SelfManagedCerts:
+    api: client.ApiClient
+    namespace: str
+    secret: str
+    service: str
+    webhook_config: str
+    cert_dir: Path
+    cluster_domain: str = "cluster.local"
+    rotate_before: dt.timedelta = dt.timedelta(days=30)
+
+    @property
+    def hosts(self) -> list[str]:
+        return tls.service_names(self.service, self.namespace, self.cluster_domain)
+
+    def _core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    def _read(self) -> Any | None:
+        try:
+            return self._core().read_namespaced_secret(self.secret, self.namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def _needs_new_serving(self, data: dict[str, str]) -> str | None:
+        try:
+            cert = _unb64(data, tls.CERT_FILE)
+            left = tls.not_after(cert) - dt.datetime.now(dt.UTC)
+        except (ValueError, TypeError):
+            return "unreadable serving certificate"
+        if left < self.rotate_before:
+            return f"serving certificate expires in {left.days} days"
+        if not set(self.hosts) <= _sans(cert):
+            return "serving certificate names do not match the Service"
+        return None
+
+    def ensure_secret(self) -> dict[str, str]:
+        """The Secret's data, created or rotated as needed. Retries on races."""
+        for _ in range(5):
+            secret = self._read()
+            if secret is None:
+                ca = tls.make_ca(f"{self.service}-ca")
+                serving = tls.make_serving(ca, self.hosts)
+                data = {
+                    tls.CA_FILE: _b64(ca.cert_pem),
+                    CA_KEY: _b64(ca.key_pem),
+                    tls.CERT_FILE: _b64(serving.cert_pem),
+                    tls.KEY_FILE: _b64(serving.key_pem),
+                }
+                body = client.V1Secret(
+                    metadata=client.V1ObjectMeta(name=self.secret, namespace=self.namespace,
+                                                 labels={"app.kubernetes.io/name": "hostnet-rdma"}),
+                    type="kubernetes.io/tls",
+                    data=dict(data),
+                )  # fmt: skip
+                try:
+                    self._core().create_namespaced_secret(self.namespace, body)
+                    log.info("created CA and serving certificate in Secret %s/%s", self.namespace, self.secret)
+                    return data
+                except ApiException as e:
+                    if e.status == 409:  # another replica won; use its pair
+                        continue
+                    raise
+            data = dict(secret.data or {})
+            why = self._needs_new_serving(data)
+            if why is None:
+                return data
+            ca = tls.Pair(_unb64(data, tls.CA_FILE), _unb64(data, CA_KEY))
+            serving = tls.make_serving(ca, self.hosts)
+            data[tls.CERT_FILE] = _b64(serving.cert_pem)
+            data[tls.KEY_FILE] = _b64(serving.key_pem)
+            secret.data = data
+            try:
+                self._core().replace_namespaced_secret(self.secret, self.namespace, secret)
+                log.info("rotated serving certificate in Secret %s/%s: %s", self.namespace, self.secret, why)
+                return data
+            except ApiException as e:
+                if e.status == 409:  # resourceVersion moved: someone else rotated; re-read
+                    continue
+                raise
+        raise RuntimeError(f"could not settle Secret {self.namespace}/{self.secret} after 5 attempts")
+
+    def patch_ca_bundle(self, ca_pem: bytes) -> bool:
+        """Write the CA into every webhook of our configuration; True if anything changed."""
+        api = client.AdmissionregistrationV1Api(self.api)
+        mwc = api.read_mutating_webhook_configuration(self.webhook_config)
+        bundle = _b64(ca_pem)
+        ops: list[dict[str, Any]] = []
+        for i, hook in enumerate(mwc.webhooks or []):
+            if hook.client_config.ca_bundle != bundle:
+                ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook.name})
+                ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle})
+        if ops:
+            api.patch_mutating_webhook_configuration(self.webhook_config, ops)
+            log.info("patched caBundle of MutatingWebhookConfiguration %s", self.webhook_config)
+        return bool(ops)
+
+    def ensure(self) -> None:
+        data = self.ensure_secret()
+        serving = tls.Pair(_unb64(data, tls.CERT_FILE), _unb64(data, tls.KEY_FILE))
+        tls.write_dir(self.cert_dir, serving, tls.Pair(_unb64(data, tls.CA_FILE), b""))
+        self.patch_ca_bundle(_unb64(data, tls.CA_FILE))
+
+    def run(self, stop: threading.Event, every_seconds: float) -> None:
+        """Re-check periodically: rotation by any replica reaches every replica's files."""
+        while not stop.wait(every_seconds):
+            try:
+                self.ensure()
+            except Exception as e:
+                log.warning("certificate check failed, will retry: %s", e)

@@ -1,0 +1,42 @@
+{{/* Names are truncated to 63 characters (DNS label limit). */}}
+{{- define "hostnet-rdma.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "hostnet-rdma.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "hostnet-rdma.labels" -}}
+app.kubernetes.io/name: {{ include "hostnet-rdma.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "hostnet-rdma.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "hostnet-rdma.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: webhook
+{{- end -}}
+
+{{- define "hostnet-rdma.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "hostnet-rdma.tlsSecret" -}}
+{{- if eq .Values.certs.mode "provided" -}}
+{{- required "certs.provided.secretName is required when certs.mode=provided" .Values.certs.provided.secretName -}}
+{{- else -}}
+{{- printf "%s-tls" (include "hostnet-rdma.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "hostnet-rdma.webhookName" -}}
+{{- include "hostnet-rdma.fullname" . -}}
+{{- end -}}
