@@ -117,7 +117,7 @@ def _self_managed(args: argparse.Namespace, settings: ServerSettings, stop: thre
         cluster_domain = config_mod.load(settings.config).cluster_domain
         certs = kube.SelfManagedCerts(
             kube.api_client(args.kubeconfig), namespace, args.secret, args.service, args.webhook_config,
-            settings.cert_dir, cluster_domain, dt.timedelta(days=args.rotate_before_days),
+            settings.cert_dir, cluster_domain, dt.timedelta(days=args.rotate_before_days), tuple(args.extra_san),
         )  # fmt: skip
         certs.ensure()
     except (ApiException, OSError, RuntimeError, ConfigError) as e:
@@ -144,5 +144,7 @@ def register(sub: Any) -> None:
     s.add_argument("--webhook-config", help="MutatingWebhookConfiguration whose caBundle to patch")
     s.add_argument("--rotate-before-days", type=int, default=30, help="renew the serving cert this long before expiry")
     s.add_argument("--cert-check-seconds", type=float, default=3600.0, help="how often to re-check the Secret")
+    s.add_argument("--extra-san", action="append", default=[],
+                   help="extra certificate name/IP (webhook reached by URL, e.g. 127.0.0.1 in tests)")  # fmt: skip
     s.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
     s.set_defaults(func=cmd_serve)

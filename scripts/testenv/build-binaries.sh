@@ -26,6 +26,10 @@ elif command -v kube-apiserver >/dev/null && command -v etcd >/dev/null; then
 fi
 mkdir -p "$OUT"
 
+# A binary without our version stamp (helm checks the server's version) is rebuilt.
+if [ -x "$OUT/kube-apiserver" ] && ! "$OUT/kube-apiserver" --version 2>/dev/null | grep -q "v$K8S_VERSION"; then
+  rm -f "$OUT/kube-apiserver"
+fi
 if [ ! -x "$OUT/kube-apiserver" ]; then
   command -v go >/dev/null || { log "go is required to build kube-apiserver"; exit 1; }
   work="$(mktemp -d)"
@@ -49,7 +53,10 @@ import _ "k8s.io/kubernetes/cmd/kube-apiserver/app"
 func main() {}
 GO
   GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
-  GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  major="${K8S_VERSION%%.*}"; minor_only="${K8S_VERSION#*.}"; minor_only="${minor_only%%.*}"
+  v=k8s.io/component-base/version
+  ldflags="-s -w -X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=$major -X $v.gitMinor=$minor_only -X $v.gitTreeState=clean"
+  GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
   mv "$OUT/kube-apiserver.tmp" "$OUT/kube-apiserver"
   cd - >/dev/null
 fi

@@ -69,7 +69,9 @@ class ControlPlane:
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         key_file = workdir / "sa.key"
         key_file.write_bytes(
-            sa_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            sa_key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
         )
         token = secrets.token_hex(16)
         (workdir / "tokens.csv").write_text(f'{token},admin,admin,"system:masters"\n')
@@ -112,7 +114,9 @@ class ControlPlane:
                 pass
             if time.monotonic() > deadline:
                 plane.stop()
-                raise RuntimeError("kube-apiserver not ready in 90s:\n" + (workdir / "apiserver.log").read_text()[-4000:])
+                raise RuntimeError(
+                    "kube-apiserver not ready in 90s:\n" + (workdir / "apiserver.log").read_text()[-4000:]
+                )
             time.sleep(0.25)
         plane.startup_seconds = time.monotonic() - started
         plane.write_kubeconfig()

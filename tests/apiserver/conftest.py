@@ -1,0 +1,196 @@
+"""Tier 3 fixtures: a real kube-apiserver + etcd, our webhook as a local process, and the
+chart's own MutatingWebhookConfiguration installed with helm, pointed at it by URL."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app import tls
+from tests.apiserver.controlplane import ROOT, ControlPlane, free_port
+
+RELEASE = "hostnet-rdma"
+RELEASE_NS = "hostnet-rdma-system"
+WEBHOOK_CONFIG = "hostnet-rdma"  # fullname of release "hostnet-rdma"
+ON, OFF, BASELINE = "hr-on", "hr-off", "hr-baseline"
+TIMINGS: dict[str, float] = {}
+
+
+class Kube:
+    """Raw JSON over the API server (no typed models that drop fields)."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.http = httpx.Client(base_url=plane.url, headers=plane.headers, verify=False, timeout=30)
+
+    def request(self, method: str, path: str, body: Any = None, **params: str) -> httpx.Response:
+        kw: dict[str, Any] = {"params": params}
+        if body is not None:
+            kw["json"] = body
+        return self.http.request(method, path, **kw)
+
+    def ok(self, method: str, path: str, body: Any = None, **params: str) -> dict[str, Any]:
+        r = self.request(method, path, body, **params)
+        assert r.status_code < 300, f"{method} {path}: {r.status_code} {r.text}"
+        return r.json()  # type: ignore[no-any-return]
+
+    def namespace(self, name: str, labels: dict[str, str]) -> None:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+        r = self.request("POST", "/api/v1/namespaces", body)
+        if r.status_code == 409:  # exists: relabel
+            self.http.patch(f"/api/v1/namespaces/{name}", content=json.dumps({"metadata": {"labels": labels}}),
+                            headers={"content-type": "application/merge-patch+json"})  # fmt: skip
+        else:
+            assert r.status_code < 300, r.text
+
+    def create_pod(self, ns: str, pod: dict[str, Any], **params: str) -> httpx.Response:
+        pod = json.loads(json.dumps(pod))
+        pod.setdefault("metadata", {})["namespace"] = ns
+        return self.request("POST", f"/api/v1/namespaces/{ns}/pods", pod, **params)
+
+    def apply(self, manifest: dict[str, Any]) -> httpx.Response:
+        """Server-side apply, as `kubectl apply --server-side` does."""
+        kind = manifest["kind"]
+        api = manifest["apiVersion"]
+        name = manifest["metadata"]["name"]
+        ns = manifest["metadata"].get("namespace")
+        plural = {"ServiceAccount": "serviceaccounts", "ConfigMap": "configmaps", "Service": "services",
+                  "Deployment": "deployments", "PodDisruptionBudget": "poddisruptionbudgets", "Role": "roles",
+                  "RoleBinding": "rolebindings", "ClusterRole": "clusterroles",
+                  "ClusterRoleBinding": "clusterrolebindings", "Pod": "pods",
+                  "MutatingWebhookConfiguration": "mutatingwebhookconfigurations"}[kind]  # fmt: skip
+        base = "/api/v1" if api == "v1" else f"/apis/{api}"
+        path = f"{base}/namespaces/{ns}/{plural}/{name}" if ns else f"{base}/{plural}/{name}"
+        return self.http.patch(
+            path, content=json.dumps(manifest), params={"fieldManager": "hostnet-rdma-tests", "force": "true"},
+            headers={"content-type": "application/apply-patch+yaml"},
+        )  # fmt: skip
+
+
+@dataclass
+class Webhook:
+    url: str
+    ca: tls.Pair
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def ca_bundle(self) -> str:
+        return base64.b64encode(self.ca.cert_pem).decode()
+
+
+def start_webhook(
+    workdir: Path, port: int | None = None, extra: list[str] | None = None, certs: bool = True
+) -> Webhook:
+    port = port or free_port()
+    cert_dir = workdir / "tls"
+    ca = tls.make_ca()
+    if certs:
+        tls.write_dir(cert_dir, tls.make_serving(ca, ["127.0.0.1"]), ca)
+    log = workdir / "webhook.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+         "--cert-dir", str(cert_dir), *(extra or [])],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if (cert_dir / tls.CERT_FILE).exists() and httpx.get(
+                f"https://127.0.0.1:{port}/readyz", verify=False, timeout=2
+            ).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("webhook did not start:\n" + log.read_text())
+        time.sleep(0.1)
+    return Webhook(f"https://127.0.0.1:{port}/mutate", ca, proc, log)
+
+
+def helm(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(plane.bin_dir / "helm"), *args], capture_output=True, text=True, env=plane.env(),
+                          cwd=ROOT, timeout=300)  # fmt: skip
+
+
+def wait_for_webhook(kube: Kube, ns: str, mutated: bool = True) -> None:
+    """The API server picks up webhook configurations asynchronously: probe with dry-run pods."""
+    probe = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"generateName": "probe-", "labels": {"hostnet-rdma.io/inject": "enabled"}},
+             "spec": {"hostNetwork": True, "containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
+    deadline = time.monotonic() + 30
+    while True:
+        r = kube.create_pod(ns, probe, dryRun="All")
+        if r.status_code < 300:
+            got = "hostnet-rdma.io/injected" in (r.json()["metadata"].get("annotations") or {})
+            if got == mutated:
+                return
+        assert time.monotonic() < deadline, f"webhook state not reached: {r.status_code} {r.text[:300]}"
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="session")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    started = time.monotonic()
+    cp = ControlPlane.start(tmp_path_factory.mktemp("controlplane"))
+    TIMINGS["control plane start (incl. binaries check)"] = time.monotonic() - started
+    TIMINGS["control plane start (processes only)"] = cp.startup_seconds
+    yield cp
+    cp.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(plane: ControlPlane) -> Kube:
+    k = Kube(plane)
+    k.namespace(ON, {"hostnet-rdma.io/inject": "enabled", "pod-security.kubernetes.io/enforce": "privileged"})
+    k.namespace(OFF, {})
+    k.namespace(BASELINE, {"hostnet-rdma.io/inject": "enabled", "pod-security.kubernetes.io/enforce": "baseline"})
+    k.namespace(RELEASE_NS, {"hostnet-rdma.io/inject": "enabled"})
+    return k
+
+
+@pytest.fixture(scope="session")
+def webhook(plane: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    """Our webhook process, registered through `helm install` of the chart (URL + caBundle)."""
+    hook = start_webhook(tmp_path_factory.mktemp("webhook"))
+    p = helm(plane, "install", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS,
+             "--set", f"webhook.url={hook.url}", "--set", "certs.mode=provided",
+             "--set", "certs.provided.secretName=hostnet-rdma-tls", "--set", f"certs.provided.caBundle={hook.ca_bundle}",
+             "--set", "webhook.failurePolicy=Fail", "--set", "webhook.timeoutSeconds=2")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    wait_for_webhook(kube, ON)
+    yield hook
+    hook.proc.terminate()
+    hook.proc.wait(timeout=10)
+
+
+def set_failure_policy(kube: Kube, policy: str, url: str | None = None, ca_bundle: str | None = None,
+                       timeout: int | None = None) -> None:  # fmt: skip
+    mwc = kube.ok("GET", f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{WEBHOOK_CONFIG}")
+    hook = mwc["webhooks"][0]
+    hook["failurePolicy"] = policy
+    if url:
+        hook["clientConfig"]["url"] = url
+    if ca_bundle:
+        hook["clientConfig"]["caBundle"] = ca_bundle
+    if timeout:
+        hook["timeoutSeconds"] = timeout
+    kube.ok("PUT", f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{WEBHOOK_CONFIG}", mwc)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if TIMINGS:
+        terminalreporter.write_line("apiserver tier timings:")
+        for k, v in TIMINGS.items():
+            terminalreporter.write_line(f"  {k}: {v:.1f}s")
