@@ -1,0 +1,173 @@
+"""The Helm chart: lint, template snapshots per cert mode, schema errors, rendered-manifest
+drift, and the examples' pod templates."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.core import Params, mutate
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "hostnet-rdma"
+SNAPSHOTS = ROOT / "tests" / "chart-snapshots"
+REFRESH = os.environ.get("REFRESH_GOLDEN", "") not in ("", "0", "false")
+MODES = {
+    "default": [],
+    "cert-manager": ["--set", "certs.mode=cert-manager"],
+    "cert-manager-issuer": ["--set", "certs.mode=cert-manager", "--set", "certs.certManager.issuerRef.name=corp-ca",
+                            "--set", "certs.certManager.issuerRef.kind=ClusterIssuer"],
+    "provided": ["--set", "certs.mode=provided", "--set", "certs.provided.secretName=my-tls",
+                 "--set", "certs.provided.caBundle=LS0tLS1CRUdJTi0tLS0t"],
+}  # fmt: skip
+
+
+def helm_bin() -> str:
+    out = subprocess.run(["bash", str(ROOT / "scripts/testenv/build-binaries.sh")], capture_output=True, text=True, check=True)
+    cached = Path(out.stdout.strip().splitlines()[-1]) / "helm"
+    found = str(cached) if cached.exists() else shutil.which("helm")
+    assert found, "helm not found"
+    return found
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm_bin(), *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def template(*args: str) -> subprocess.CompletedProcess[str]:
+    return helm("template", "hostnet-rdma", str(CHART), "--namespace", "hostnet-rdma-system", "--kube-version", "1.36.3", *args)
+
+
+def test_lint_clean() -> None:
+    p = helm("lint", str(CHART), "--strict", "--kube-version", "1.36.3")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "0 chart(s) failed" in p.stdout
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_template_snapshot(mode: str) -> None:
+    p = template(*MODES[mode])
+    assert p.returncode == 0, p.stderr
+    snap = SNAPSHOTS / f"{mode}.yaml"
+    if REFRESH:
+        snap.parent.mkdir(exist_ok=True)
+        snap.write_text(p.stdout)
+    want = snap.read_text()
+    if p.stdout != want:
+        diff = "".join(difflib.unified_diff(want.splitlines(True), p.stdout.splitlines(True), str(snap), "helm template"))
+        pytest.fail(f"chart output changed (REFRESH_GOLDEN=1 to accept):\n{diff}")
+
+
+def docs(mode: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(template(*MODES[mode]).stdout) if d]
+
+
+def test_hardened_deployment_and_least_privilege_rbac() -> None:
+    rendered = docs("default")
+    dep = next(d for d in rendered if d["kind"] == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+    assert dep["spec"]["replicas"] >= 2
+    rules = [r for d in rendered if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+    for r in rules:
+        assert "*" not in r["verbs"] and "*" not in r["resources"]
+        if r["verbs"] != ["create"]:
+            assert r.get("resourceNames"), r
+    # No RBAC at all when the webhook does not manage certificates.
+    assert not [d for d in docs("provided") if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+
+
+def test_webhook_configuration() -> None:
+    mwc = next(d for d in docs("default") if d["kind"] == "MutatingWebhookConfiguration")
+    hook = mwc["webhooks"][0]
+    assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
+    assert hook["matchPolicy"] == "Equivalent" and hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}]
+    excluded = hook["namespaceSelector"]["matchExpressions"][1]["values"]
+    assert excluded == ["kube-system", "hostnet-rdma-system"]
+    assert hook["objectSelector"] == {"matchLabels": {"hostnet-rdma.io/inject": "enabled"}}
+    cm = next(d for d in docs("cert-manager") if d["kind"] == "MutatingWebhookConfiguration")
+    assert cm["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "hostnet-rdma-system/hostnet-rdma"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "webhook.failurPolicy=Fail"], "at '/webhook': additional properties 'failurPolicy' not allowed"),
+        (["--set", "replicaCount=two"], "at '/replicaCount': got string, want integer"),
+        (["--set", "certs.mode=magic"], "at '/certs/mode'"),
+        (["--set", "config.profiles.x.env.LD_PRELOAD=/evil.so"], "LD_PRELOAD"),
+        (["--set", "config.inject.shmSize=lots"], "at '/config/inject/shmSize'"),
+        (["--set", "certs.mode=provided"], "certs.provided.secretName is required when certs.mode=provided"),
+    ],
+    ids=["typo", "type", "enum", "env-key", "quantity", "required"],
+)
+def test_bad_values_fail_with_a_readable_error(args: list[str], message: str) -> None:
+    p = template(*args)
+    assert p.returncode != 0
+    assert message in p.stderr, p.stderr
+
+
+def test_rendered_manifests_do_not_drift() -> None:
+    committed = (ROOT / "deploy" / "manifests" / "hostnet-rdma.yaml").read_text()
+    body = "\n".join(line for line in committed.splitlines()[2:]) + "\n"
+    assert body == template().stdout, "deploy/manifests drifted from the chart: run scripts/render-manifests.sh"
+
+
+def test_config_map_is_valid_webhook_config(tmp_path: Path) -> None:
+    from app import config
+
+    cm = next(d for d in docs("default") if d["kind"] == "ConfigMap")
+    f = tmp_path / "config.yaml"
+    f.write_text(cm["data"]["config.yaml"])
+    cfg = config.load(f)
+    assert cfg.shm_size == "32Gi" and "BM.GPU4.8" in cfg.profiles
+
+
+def _pod_templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    found = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            if "spec" in x and isinstance(x["spec"], dict) and "containers" in x["spec"]:
+                found.append(x)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(doc)
+    return found
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "deploy" / "examples").glob("*.yaml")), ids=lambda p: p.stem)
+def test_examples_opt_in_and_mutate(example: Path) -> None:
+    manifests = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    templates = [t for d in manifests for t in _pod_templates(d)]
+    if example.stem == "namespace":
+        assert manifests[0]["metadata"]["labels"]["hostnet-rdma.io/inject"] == "enabled"
+        return
+    full = [t for t in templates if "hostNetwork" in t["spec"]]  # runtime patches are partial
+    assert full
+    for t in full:
+        assert t["metadata"]["labels"]["hostnet-rdma.io/inject"] == "enabled"
+        assert t["spec"]["hostNetwork"] is True
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "example-0", **t["metadata"]},
+               "spec": {**t["spec"], "hostname": "example-0", "subdomain": "example"}}  # fmt: skip
+        result = mutate(pod, Params(namespace="ml", wrapper_payload="x"))
+        assert result.changed and "dns" in result.applied
+        # No hand-written rendezvous flags in the examples: the webhook supplies them.
+        for c in t["spec"]["containers"]:
+            argv = " ".join(c.get("command", []) + c.get("args", []))
+            assert "--local-addr" not in argv and "is_host" not in argv
