@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from app import __version__, config, server_cli
+from app import __version__, config, ops_cli, server_cli
 from app.core import ConfigError, InvalidPod, Params, Result, UnsupportedPod, mutate
 from app.core import patch as jsonpatch_
 from app.wrapper import payload
@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=cmd_mutate)
 
     server_cli.register(sub)
+    ops_cli.register(sub)
     return parser
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 import logging
 import os
 import threading
@@ -169,3 +170,20 @@ class SelfManagedCerts:
                 self.ensure()
             except Exception as e:
                 log.warning("certificate check failed, will retry: %s", e)
+
+
+def read_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """The pod as raw JSON (typed models drop fields we may need)."""
+    resp: Any = client.CoreV1Api(api).read_namespaced_pod(name, namespace, _preload_content=False)
+    data: dict[str, Any] = json.loads(resp.data)
+    return data
+
+
+def namespace_labels(api: client.ApiClient, namespace: str) -> dict[str, str]:
+    ns = client.CoreV1Api(api).read_namespace(namespace)
+    return dict((ns.metadata.labels if ns.metadata else None) or {})
+
+
+def pod_log(api: client.ApiClient, namespace: str, name: str, container: str | None) -> str:
+    text: str = client.CoreV1Api(api).read_namespaced_pod_log(name, namespace, container=container)
+    return text

@@ -30,7 +30,9 @@ MODES = {
 
 
 def helm_bin() -> str:
-    out = subprocess.run(["bash", str(ROOT / "scripts/testenv/build-binaries.sh")], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts/testenv/build-binaries.sh")], capture_output=True, text=True, check=True
+    )
     cached = Path(out.stdout.strip().splitlines()[-1]) / "helm"
     found = str(cached) if cached.exists() else shutil.which("helm")
     assert found, "helm not found"
@@ -42,7 +44,9 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def template(*args: str) -> subprocess.CompletedProcess[str]:
-    return helm("template", "hostnet-rdma", str(CHART), "--namespace", "hostnet-rdma-system", "--kube-version", "1.36.3", *args)
+    return helm(
+        "template", "hostnet-rdma", str(CHART), "--namespace", "hostnet-rdma-system", "--kube-version", "1.36.3", *args
+    )
 
 
 def test_lint_clean() -> None:
@@ -61,7 +65,9 @@ def test_template_snapshot(mode: str) -> None:
         snap.write_text(p.stdout)
     want = snap.read_text()
     if p.stdout != want:
-        diff = "".join(difflib.unified_diff(want.splitlines(True), p.stdout.splitlines(True), str(snap), "helm template"))
+        diff = "".join(
+            difflib.unified_diff(want.splitlines(True), p.stdout.splitlines(True), str(snap), "helm template")
+        )
         pytest.fail(f"chart output changed (REFRESH_GOLDEN=1 to accept):\n{diff}")
 
 
@@ -76,7 +82,11 @@ def test_hardened_deployment_and_least_privilege_rbac() -> None:
     c = pod["containers"][0]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert dep["spec"]["replicas"] >= 2
     rules = [r for d in rendered if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
     for r in rules:
@@ -84,7 +94,9 @@ def test_hardened_deployment_and_least_privilege_rbac() -> None:
         if r["verbs"] != ["create"]:
             assert r.get("resourceNames"), r
     # No RBAC at all when the webhook does not manage certificates.
-    assert not [d for d in docs("provided") if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    assert not [
+        d for d in docs("provided") if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+    ]
 
 
 def test_webhook_configuration() -> None:
@@ -92,7 +104,15 @@ def test_webhook_configuration() -> None:
     hook = mwc["webhooks"][0]
     assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
     assert hook["matchPolicy"] == "Equivalent" and hook["reinvocationPolicy"] == "IfNeeded"
-    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}]
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
     excluded = hook["namespaceSelector"]["matchExpressions"][1]["values"]
     assert excluded == ["kube-system", "hostnet-rdma-system"]
     assert hook["objectSelector"] == {"matchLabels": {"hostnet-rdma.io/inject": "enabled"}}

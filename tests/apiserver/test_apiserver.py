@@ -348,3 +348,19 @@ def test_self_managed_rotation_reaches_every_replica(
 def test_record_tier_timings(plane: ControlPlane) -> None:
     TIMINGS.setdefault("control plane start (processes only)", plane.startup_seconds)
     assert plane.startup_seconds < 60
+
+
+def test_explain_a_live_pod(plane: ControlPlane, kube: Kube, webhook: Webhook) -> None:
+    pod = load(GOLDEN / "pytorchjob" / "seed-c10d-worker-0.yaml")
+    pod["metadata"]["name"] = "explain-me"
+    assert kube.create_pod(ON, pod).status_code == 201
+    p = subprocess.run([sys.executable, "-m", "app.cli", "explain", "explain-me", "-n", ON, "--kubeconfig", str(plane.kubeconfig)],
+                       capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"ok  namespace {ON} has the label hostnet-rdma.io/inject=enabled" in p.stdout
+    assert "ok  already mutated by hostnet-rdma 0.1.0: launcher pytorchjob, profile BM.GPU4.8" in p.stdout
+    off = kube.create_pod(OFF, {**pod, "metadata": {**pod["metadata"], "name": "explain-off"}})
+    assert off.status_code == 201
+    p = subprocess.run([sys.executable, "-m", "app.cli", "explain", "explain-off", "-n", OFF, "--kubeconfig", str(plane.kubeconfig)],
+                       capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert p.returncode == 1 and f"NO  namespace {OFF} lacks the label" in p.stdout

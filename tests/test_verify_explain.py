@@ -1,0 +1,124 @@
+"""`hostnet-rdma verify` on real-looking NCCL logs and `explain` on the golden pods."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app.core import Params
+from app.core.params import BM_GPU4_8_HCAS
+from app.explain import explain
+from app.verify import expected_devices, verify
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "tests" / "logs"
+GOLDEN = ROOT / "tests" / "golden"
+EXPECTED = expected_devices(BM_GPU4_8_HCAS)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def results(log: str) -> dict[str, bool]:
+    report = verify((LOGS / log).read_text(), EXPECTED)
+    return {c.name: c.ok for c in report.checks}
+
+
+def test_good_log_passes() -> None:
+    report = verify((LOGS / "good.log").read_text(), EXPECTED)
+    assert report.ok
+    details = {c.name: c.detail for c in report.checks}
+    assert details["transport"] == "Using network IB"
+    assert details["ib devices"].startswith("16 devices: mlx5_0,mlx5_2,")
+    assert details["gdrdma channels"] == "32 of 32 NET channels use GDRDMA"
+    assert "is_host=true local_addr=ddp-vc-worker-0.ddp-vc" in details["wrapper"]
+
+
+def test_socket_fallback_fails_transport_devices_and_gdrdma() -> None:
+    assert results("socket-fallback.log") == {
+        "transport": False,
+        "ib devices": False,
+        "gdrdma channels": False,
+        "wrapper": True,
+    }
+
+
+def test_missing_gdrdma_fails_only_that() -> None:
+    assert results("no-gdrdma.log") == {
+        "transport": True,
+        "ib devices": True,
+        "gdrdma channels": False,
+        "wrapper": True,
+    }
+
+
+def test_front_end_ports_and_missing_devices_are_named() -> None:
+    report = verify((LOGS / "too-few-devices.log").read_text(), EXPECTED)
+    dev = next(c for c in report.checks if c.name == "ib devices")
+    assert not dev.ok
+    assert "not in the profile (front-end?): mlx5_4,mlx5_5" in dev.detail
+    assert "missing: mlx5_11,mlx5_13,mlx5_15,mlx5_17" in dev.detail
+
+
+def test_unwrapped_log_fails_the_wrapper_check() -> None:
+    assert results("unwrapped.log")["wrapper"] is False
+
+
+def test_verify_cli_table_and_exit_codes() -> None:
+    good = cli("verify", "--log", str(LOGS / "good.log"), "--hca", BM_GPU4_8_HCAS)
+    assert good.returncode == 0, good.stdout
+    assert good.stdout.splitlines()[0].startswith("PASS  transport")
+    bad = cli("verify", "--log", str(LOGS / "socket-fallback.log"))
+    assert bad.returncode == 1
+    assert "FAIL  transport        Using network Socket" in bad.stdout
+    assert "What to do:" in bad.stdout and "#troubleshooting" in bad.stdout
+
+
+def test_verify_cli_json() -> None:
+    p = cli("verify", "--log", str(LOGS / "no-gdrdma.log"), "-o", "json")
+    data = json.loads(p.stdout)
+    assert p.returncode == 1 and data["ok"] is False
+    assert [c["name"] for c in data["checks"]] == ["transport", "ib devices", "gdrdma channels", "wrapper"]
+
+
+def test_verify_missing_file_exits_2() -> None:
+    assert cli("verify", "--log", "/nope.log").returncode == 2
+
+
+@pytest.mark.parametrize("case", sorted(p for p in GOLDEN.glob("*/*.yaml") if not p.name.endswith(".expected.yaml")),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")  # fmt: skip
+def test_explain_golden_pods(case: Path) -> None:
+    pod = yaml.safe_load(case.read_text())
+    steps = explain(pod, Params(namespace="default", wrapper_payload="x"))
+    text = "\n".join(s.text for s in steps)
+    if pod["spec"].get("hostNetwork"):
+        assert "launcher detected:" in text and "NCCL profile:" in text and "would inject:" in text
+    else:
+        assert "spec.hostNetwork is not true" in text and not steps[-1].ok
+
+
+def test_explain_namespace_reasons() -> None:
+    pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
+    steps = explain(pod, Params(namespace="team-a", wrapper_payload="x"),
+                    {"pod-security.kubernetes.io/enforce": "baseline"})  # fmt: skip
+    texts = [s.text for s in steps if not s.ok]
+    assert (
+        texts[0]
+        == "namespace team-a lacks the label hostnet-rdma.io/inject=enabled (kubectl label namespace team-a hostnet-rdma.io/inject=enabled)"
+    )
+    assert "enforces Pod Security 'baseline'" in texts[1]
+
+
+def test_explain_cli_on_a_file() -> None:
+    p = cli("explain", "-f", str(GOLDEN / "pytorchjob" / "master-worker-elastic-master-0.yaml"))
+    assert p.returncode == 0, p.stdout
+    assert "ok  launcher detected: pytorchjob (job pje)" in p.stdout
+    assert "ok  this pod's DNS name: pje-master-0" in p.stdout
+    p = cli("explain", "-f", str(GOLDEN / "generic" / "plain-pod-no-identity.yaml"))
+    assert p.returncode == 1 and "NO  this pod's DNS name: (none" in p.stdout
