@@ -92,6 +92,16 @@ def review(body: bytes, params: Params) -> Outcome:
     """Handle one review body. Raises BadReview for a malformed envelope only."""
     request = parse(body)
     uid: str = request["uid"]
+    try:
+        return _review(request, uid, params)
+    except BadReview:
+        raise
+    except Exception as e:  # never a traceback to the API server; the pod goes through unchanged
+        msg = f"pod left unchanged: internal error ({type(e).__name__}); please report it"
+        return Outcome(build_response(uid, warnings=[msg]), "error", uid=uid, warnings=[msg])
+
+
+def _review(request: dict[str, Any], uid: str, params: Params) -> Outcome:
     namespace = str(request.get("namespace") or "")
     operation = request.get("operation")
     kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
@@ -102,7 +112,9 @@ def review(body: bytes, params: Params) -> Outcome:
     pod = request.get("object")
     if not isinstance(pod, dict):
         raise BadReview("AdmissionReview request has no object")
-    name = str((pod.get("metadata") or {}).get("name") or (pod.get("metadata") or {}).get("generateName") or "")
+    raw_meta = pod.get("metadata")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+    name = str(meta.get("name") or meta.get("generateName") or "")
     if namespace and namespace != params.namespace:
         params = Params(params.config, namespace, params.wrapper_payload, params.version)
     try:
@@ -111,11 +123,6 @@ def review(body: bytes, params: Params) -> Outcome:
         msg = f"pod left unchanged: {e}"
         return Outcome(
             build_response(uid, warnings=[msg]), "unsupported", uid=uid, namespace=namespace, name=name, warnings=[msg]
-        )
-    except Exception as e:  # never a traceback to the API server; the pod goes through unchanged
-        msg = f"pod left unchanged: internal error ({type(e).__name__}); please report it"
-        return Outcome(
-            build_response(uid, warnings=[msg]), "error", uid=uid, namespace=namespace, name=name, warnings=[msg]
         )
     launcher = result.launcher.launcher if result.launcher else ""
     if not result.changed:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -15,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__, config
 from app.core import ConfigError, InjectConfig, Params
@@ -125,7 +127,7 @@ def create_app(
     config_holder: ConfigHolder | None = None,
     cert_expiry: Callable[[], float] | None = None,
     on_startup: Callable[[], None] | None = None,
-) -> FastAPI:
+) -> WebhookApp:
     holder = config_holder or ConfigHolder(settings.config, settings.poll_seconds)
     metrics = Metrics()
     wrapper_payload = payload()
@@ -140,28 +142,31 @@ def create_app(
     app.state.config = holder
     app.state.metrics = metrics
 
-    def bad(status: int, reason: str) -> Response:
-        return JSONResponse({"error": reason}, status_code=status)
+    def reject(status: int, reason: str) -> tuple[int, bytes]:
+        metrics.requests.labels("bad_request", "").inc()
+        return status, orjson.dumps({"error": reason})
 
-    @app.post("/mutate")
-    async def mutate_endpoint(request: Request) -> Response:
+    async def handle(headers: dict[bytes, bytes], receive: Receive) -> tuple[int, bytes]:
         started = time.perf_counter()
-        ctype = request.headers.get("content-type", "")
+        ctype = headers.get(b"content-type", b"").decode("latin-1")
         if ctype.split(";")[0].strip().lower() != "application/json":
-            metrics.requests.labels("bad_request", "").inc()
-            return bad(415, f"content type must be application/json, got {ctype or 'none'!r}")
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > settings.max_body_bytes:
-            metrics.requests.labels("bad_request", "").inc()
-            return bad(413, f"body over {settings.max_body_bytes} bytes")
+            return reject(415, f"content type must be application/json, got {ctype or 'none'!r}")
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > settings.max_body_bytes:
+            return reject(413, f"body over {settings.max_body_bytes} bytes")
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return 400, b""
+            chunk = message.get("body", b"")
             size += len(chunk)
             if size > settings.max_body_bytes:
-                metrics.requests.labels("bad_request", "").inc()
-                return bad(413, f"body over {settings.max_body_bytes} bytes")
+                return reject(413, f"body over {settings.max_body_bytes} bytes")
             chunks.append(chunk)
+            if not message.get("more_body"):
+                break
         params = Params(
             config=holder.config,
             namespace=settings.default_namespace,
@@ -171,14 +176,17 @@ def create_app(
         try:
             result = review(b"".join(chunks), params)
         except BadReview as e:
-            metrics.requests.labels("bad_request", "").inc()
-            return bad(400, str(e))
+            return reject(400, str(e))
         elapsed = time.perf_counter() - started
         metrics.requests.labels(result.outcome, result.launcher).inc()
         metrics.latency.observe(elapsed)
-        log.info(
-            "admission",
-            extra={
+        if log.isEnabledFor(logging.INFO):
+            # Same JSON shape as JsonLogFormatter, written directly: the logging machinery
+            # cost ~8% of throughput on this path (BENCHMARKS.md).
+            line = {
+                "level": "info",
+                "logger": log.name,
+                "msg": "admission",
                 "uid": result.uid,
                 "namespace": result.namespace,
                 "pod": result.name,
@@ -186,9 +194,27 @@ def create_app(
                 "outcome": result.outcome,
                 "ms": round(elapsed * 1000, 3),
                 "warnings": len(result.warnings),
-            },
+            }
+            stream = sys.stderr.buffer
+            stream.write(orjson.dumps(line) + b"\n")
+            stream.flush()
+        return 200, result.body
+
+    async def mutate_asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        # The hot path is plain ASGI: FastAPI's routing and request objects cost more than
+        # the mutation itself (see BENCHMARKS.md). Everything else goes through FastAPI.
+        if scope["method"] != "POST":
+            status, body = 405, orjson.dumps({"error": "use POST"})
+        else:
+            status, body = await handle(dict(scope["headers"]), receive)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
         )
-        return Response(result.body, media_type="application/json")
+        await send({"type": "http.response.body", "body": body})
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -206,4 +232,22 @@ def create_app(
         metrics.config_reloads.set(holder.reloads)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return app
+    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/mutate":
+            await mutate_asgi(scope, receive, send)
+        else:
+            await app(scope, receive, send)
+
+    return WebhookApp(asgi, app)
+
+
+class WebhookApp:
+    """The ASGI app uvicorn runs: /mutate handled directly, the rest by FastAPI."""
+
+    def __init__(self, handler: ASGIApp, fastapi: FastAPI) -> None:
+        self._handler = handler
+        self.fastapi = fastapi
+        self.state = fastapi.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._handler(scope, receive, send)

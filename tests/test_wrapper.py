@@ -472,3 +472,27 @@ def test_execs_the_real_torchrun_with_merged_argv(tmp_path: Path) -> None:
         "--rdzv-conf=is_host=true",
         "t.py",
     ]
+
+
+def test_wrapper_is_python_3_8_grammar_before_and_after_minifying() -> None:
+    import ast
+
+    from app.wrapper import SOURCE, minified_source, payload
+
+    ast.parse(SOURCE.read_text(), feature_version=(3, 8))
+    ast.parse(minified_source(), feature_version=(3, 8))
+    assert ast.dump(ast.parse(minified_source())) != ""
+    assert len(payload()) < 8000  # it travels in every mutated pod spec
+
+
+def test_minified_wrapper_behaves_like_the_source(tmp_path: Path) -> None:
+    from app.wrapper import minified_source
+
+    script = tmp_path / "w.py"
+    script.write_text(minified_source())
+    env = {**VOLCANO, "HOSTNET_RDMA_DRY_RUN": "1", "PATH": os.environ["PATH"]}
+    p = subprocess.run(
+        [sys.executable, str(script), "--nproc-per-node=2", "t.py"], env=env, capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == ["torchrun", *w.merge(["--nproc-per-node=2", "t.py"], VOLCANO)[0]]

@@ -10,7 +10,7 @@ from typing import Any
 from app.core import names
 from app.core.launchers import LauncherInfo
 from app.core.params import Params, Profile
-from app.core.podspec import add_mount, add_volume, child, child_list, mount_at, set_env_default
+from app.core.podspec import Env, add_mount, add_volume, child, child_list, mount_at
 
 Obj = dict[str, Any]
 
@@ -164,6 +164,7 @@ def nccl_env(pod: Obj, ctx: Context) -> Outcome:
             ctx.warn(
                 f"{c.get('name')}: envFrom values are invisible at admission; profile env (NCCL_*) takes precedence over them"
             )
+        env = Env(c)
         for key, value in ctx.profile.env:
-            set_env_default(c, key, value)
+            env.set_default(key, value)
     return None

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import copy
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from app.core import inject, launchers, names, profiles, wrap
 from app.core.launchers import LauncherInfo
@@ -119,17 +119,14 @@ def _training_containers(pod: Obj, info: LauncherInfo, ann: dict[str, str], warn
 def _status(params: Params, info: LauncherInfo, profile: str, applied: list[str], skipped: dict[str, str]) -> str:
     # Describes the resulting state, not this pass's actions, so a second pass writes the
     # same value (idempotency) and reinvocation does not churn.
-    return json.dumps(
-        {
-            "version": params.version,
-            "launcher": info.launcher,
-            "profile": profile,
-            "steps": applied,
-            "skipped": skipped,
-        },
-        separators=(",", ":"),
-        sort_keys=True,
-    )
+    status = {
+        "version": params.version,
+        "launcher": info.launcher,
+        "profile": profile,
+        "steps": applied,
+        "skipped": skipped,
+    }
+    return orjson.dumps(status, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def mutate(pod: Obj, params: Params) -> Result:
@@ -137,7 +134,8 @@ def mutate(pod: Obj, params: Params) -> Result:
     _check_shape(pod)
     if pod["spec"].get("hostNetwork") is not True:
         return Result(pod=pod, changed=False, reason="not a hostNetwork pod")
-    out = copy.deepcopy(pod)
+    # A pod is plain JSON: a round trip through orjson is a deep copy, ~5x faster than copy.deepcopy.
+    out: Obj = orjson.loads(orjson.dumps(pod))
     warnings: list[str] = []
     meta = out.setdefault("metadata", {})
     ann: dict[str, str] = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}

@@ -22,8 +22,7 @@ def _escape(key: str) -> str:
 
 
 def _diff(old: Any, new: Any, path: str, ops: list[Op]) -> None:
-    if old == new:
-        return
+    # Callers guarantee old != new; equal children are skipped with one C-level compare.
     if isinstance(old, dict) and isinstance(new, dict):
         for key in old:
             if key not in new:
@@ -31,7 +30,7 @@ def _diff(old: Any, new: Any, path: str, ops: list[Op]) -> None:
         for key, value in new.items():
             if key not in old:
                 ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
-            else:
+            elif old[key] != value:
                 _diff(old[key], value, f"{path}/{_escape(key)}", ops)
         return
     if isinstance(old, list) and isinstance(new, list):
@@ -40,14 +39,16 @@ def _diff(old: Any, new: Any, path: str, ops: list[Op]) -> None:
             return
         if len(new) == len(old):
             for i, (a, b) in enumerate(zip(old, new, strict=True)):
-                _diff(a, b, f"{path}/{i}", ops)
+                if a != b:
+                    _diff(a, b, f"{path}/{i}", ops)
             return
     ops.append({"op": "replace", "path": path, "value": new})
 
 
 def diff(original: dict[str, Any], mutated: dict[str, Any]) -> list[Op]:
     ops: list[Op] = []
-    _diff(original, mutated, "", ops)
+    if original != mutated:
+        _diff(original, mutated, "", ops)
     return ops
 
 

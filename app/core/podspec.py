@@ -58,23 +58,36 @@ def add_mount(container: Obj, name: str, path: str, read_only: bool = False) -> 
     mounts.append(mount)
 
 
-def env_entry(container: Obj, key: str) -> Obj | None:
-    return find_named(container.get("env") or [], key)
+class Env:
+    """A container's env list with a name index: one scan per container, not one per key."""
 
+    def __init__(self, container: Obj) -> None:
+        self.container = container
+        self.index: dict[str, Obj] = {}
+        for e in container.get("env") or []:
+            if isinstance(e, dict) and isinstance(e.get("name"), str):
+                self.index.setdefault(e["name"], e)
 
-def set_env_default(container: Obj, key: str, value: str) -> bool:
-    """Add key=value unless the container already declares key (the user's value wins)."""
-    if env_entry(container, key) is not None:
-        return False
-    child_list(container, "env").append({"name": key, "value": value})
-    return True
+    def get(self, key: str) -> Obj | None:
+        return self.index.get(key)
 
+    def _append(self, key: str, value: str) -> None:
+        entry = {"name": key, "value": value}
+        child_list(self.container, "env").append(entry)
+        self.index[key] = entry
 
-def set_env_owned(container: Obj, key: str, value: str) -> None:
-    """Set a variable the webhook owns (HOSTNET_RDMA_*): always the computed value."""
-    entry = env_entry(container, key)
-    if entry is None:
-        child_list(container, "env").append({"name": key, "value": value})
-    else:
-        entry.pop("valueFrom", None)
-        entry["value"] = value
+    def set_default(self, key: str, value: str) -> bool:
+        """Add key=value unless the container already declares key (the user's value wins)."""
+        if key in self.index:
+            return False
+        self._append(key, value)
+        return True
+
+    def set_owned(self, key: str, value: str) -> None:
+        """Set a variable the webhook owns (HOSTNET_RDMA_*): always the computed value."""
+        entry = self.index.get(key)
+        if entry is None:
+            self._append(key, value)
+        else:
+            entry.pop("valueFrom", None)
+            entry["value"] = value

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.core import names
 from app.core.inject import Context, Outcome
-from app.core.podspec import add_mount, add_volume, child, env_entry, set_env_default, set_env_owned
+from app.core.podspec import Env, add_mount, add_volume, child
 from app.wrapper.torchrun import is_own_endpoint
 
 Obj = dict[str, Any]
@@ -71,18 +71,18 @@ def _static(value: str) -> bool:
     return bool(value) and "${" not in value
 
 
-def _pet_fallback(container: Obj, ctx: Context, identities: tuple[str, ...]) -> None:
+def _pet_fallback(env: Env, ctx: Context, identities: tuple[str, ...]) -> None:
     info = ctx.info
-    set_env_default(container, "PET_LOCAL_ADDR", info.advertised_address)
+    env.set_default("PET_LOCAL_ADDR", info.advertised_address)
     if _static(info.rdzv_id):
-        set_env_default(container, "PET_RDZV_ID", info.rdzv_id)
-    endpoint_env = env_entry(container, "PET_RDZV_ENDPOINT")
+        env.set_default("PET_RDZV_ID", info.rdzv_id)
+    endpoint_env = env.get("PET_RDZV_ENDPOINT")
     endpoint = str(endpoint_env.get("value") or "") if endpoint_env else info.rdzv_endpoint
-    backend_env = env_entry(container, "PET_RDZV_BACKEND")
+    backend_env = env.get("PET_RDZV_BACKEND")
     backend = str(backend_env.get("value") or "") if backend_env else info.rdzv_backend
     if backend == "c10d" and _static(endpoint):
         is_host = "true" if is_own_endpoint(endpoint, identities) else "false"
-        set_env_default(container, "PET_RDZV_CONF", f"is_host={is_host}")
+        env.set_default("PET_RDZV_CONF", f"is_host={is_host}")
 
 
 def wrap(pod: Obj, ctx: Context) -> Outcome:
@@ -116,22 +116,23 @@ def wrap(pod: Obj, ctx: Context) -> Outcome:
     wrapped_any = False
     for index in ctx.training:
         c = containers[index]
+        env = Env(c)
         for key, value in owned.items():
             if value:
-                set_env_owned(c, key, value)
+                env.set_owned(key, value)
         argv = original_argv(c)
         cname = c.get("name")
         if not c.get("command") and not is_wrapped(c):
             ctx.warn(
                 f"{cname}: no command (image entrypoint unknown at admission); torchrun settings passed as PET_* env"
             )
-            _pet_fallback(c, ctx, identities)
+            _pet_fallback(env, ctx, identities)
             continue
         if _MODULE_RUN.search(" ".join(argv)):
             ctx.warn(
                 f"{cname}: python -m torch.distributed.run bypasses the wrapper; torchrun settings passed as PET_* env"
             )
-            _pet_fallback(c, ctx, identities)
+            _pet_fallback(env, ctx, identities)
         rest = c["command"][5:] if is_wrapped(c) else list(c["command"])
         c["command"] = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, ctx.params.wrapper_payload, *rest]
         add_mount(c, names.VOL_BIN, names.BIN_DIR)

@@ -1,0 +1,3 @@
+module hostnet-rdma/bench
+
+go 1.22

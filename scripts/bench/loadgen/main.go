@@ -1,0 +1,171 @@
+// loadgen drives an admission webhook over TLS with keep-alive connections.
+//
+// Open loop at a fixed offered rate (-rate > 0): requests are scheduled at fixed intervals
+// and latency is measured from the *scheduled* time, so a stalled server is charged for
+// the queue it causes (no coordinated omission). Saturation (-rate 0): -conns clients send
+// back to back. Prints one JSON object.
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+type result struct {
+	Target     string  `json:"target"`
+	Rate       float64 `json:"offered_rps"`
+	Sent       int64   `json:"sent"`
+	OK         int64   `json:"ok"`
+	Errors     int64   `json:"errors"`
+	Seconds    float64 `json:"seconds"`
+	Throughput float64 `json:"achieved_rps"`
+	P50        float64 `json:"p50_ms"`
+	P90        float64 `json:"p90_ms"`
+	P99        float64 `json:"p99_ms"`
+	Max        float64 `json:"max_ms"`
+}
+
+func main() {
+	url := flag.String("url", "https://127.0.0.1:8443/mutate", "endpoint")
+	caFile := flag.String("ca", "", "CA bundle (PEM)")
+	rate := flag.Float64("rate", 0, "offered requests/s; 0 = saturation")
+	duration := flag.Duration("duration", 10*time.Second, "measured duration")
+	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured warm-up")
+	conns := flag.Int("conns", 32, "concurrent keep-alive connections")
+	bodies := flag.String("bodies", "", "directory of AdmissionReview JSON files, sent round robin")
+	target := flag.String("target", "", "label for the output")
+	flag.Parse()
+
+	pool := x509.NewCertPool()
+	pem, err := os.ReadFile(*caFile)
+	if err != nil || !pool.AppendCertsFromPEM(pem) {
+		fmt.Fprintln(os.Stderr, "cannot load CA", *caFile, err)
+		os.Exit(2)
+	}
+	files, _ := filepath.Glob(filepath.Join(*bodies, "*.json"))
+	var payloads [][]byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			panic(err)
+		}
+		payloads = append(payloads, b)
+	}
+	if len(payloads) == 0 {
+		fmt.Fprintln(os.Stderr, "no bodies in", *bodies)
+		os.Exit(2)
+	}
+	client := &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			MaxIdleConns:        *conns,
+			MaxIdleConnsPerHost: *conns,
+			MaxConnsPerHost:     *conns,
+			IdleConnTimeout:     90 * time.Second,
+		},
+	}
+	var seq int64
+	send := func() bool {
+		i := atomic.AddInt64(&seq, 1)
+		req, _ := http.NewRequest("POST", *url, bytes.NewReader(payloads[int(i)%len(payloads)]))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200 && bytes.Contains(body, []byte(`"allowed":true`))
+	}
+
+	var mu sync.Mutex
+	var lat []float64
+	var ok, bad, sent int64
+	record := func(d time.Duration, success bool) {
+		atomic.AddInt64(&sent, 1)
+		if !success {
+			atomic.AddInt64(&bad, 1)
+			return
+		}
+		atomic.AddInt64(&ok, 1)
+		mu.Lock()
+		lat = append(lat, float64(d.Microseconds())/1000)
+		mu.Unlock()
+	}
+
+	run := func(d time.Duration, measure bool) time.Duration {
+		start := time.Now()
+		end := start.Add(d)
+		var wg sync.WaitGroup
+		if *rate <= 0 {
+			for c := 0; c < *conns; c++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for time.Now().Before(end) {
+						t := time.Now()
+						s := send()
+						if measure {
+							record(time.Since(t), s)
+						}
+					}
+				}()
+			}
+		} else {
+			slots := make(chan time.Time, 1<<16)
+			for c := 0; c < *conns; c++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for due := range slots {
+						s := send()
+						if measure {
+							record(time.Since(due), s)
+						}
+					}
+				}()
+			}
+			interval := time.Duration(float64(time.Second) / *rate)
+			for i := 0; ; i++ {
+				due := start.Add(time.Duration(i) * interval)
+				if !due.Before(end) {
+					break
+				}
+				if w := time.Until(due); w > 0 {
+					time.Sleep(w)
+				}
+				slots <- due
+			}
+			close(slots)
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+
+	run(*warmup, false)
+	elapsed := run(*duration, true)
+	sort.Float64s(lat)
+	pct := func(p float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[int(p*float64(len(lat)-1))]
+	}
+	r := result{Target: *target, Rate: *rate, Sent: sent, OK: ok, Errors: bad, Seconds: elapsed.Seconds(),
+		Throughput: float64(ok) / elapsed.Seconds(), P50: pct(0.50), P90: pct(0.90), P99: pct(0.99), Max: pct(1.0)}
+	out, _ := json.Marshal(r)
+	fmt.Println(string(out))
+}

@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Admission latency and throughput of `hostnet-rdma serve`, beside a compiled Go webhook
+(same static injection, no launcher logic) and a fixed-response TLS floor, all on this
+machine, each server pinned to one core and the load generator to the other.
+
+Then pod-create latency through a real kube-apiserver with and without the webhook.
+The last line printed is one JSON object with every figure. Usage:
+
+    scripts/bench/run.py [--duration 10] [--rates 100,500,2000] [--pods 200] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from app import tls  # noqa: E402
+
+CACHE = Path(os.environ.get("HOSTNET_RDMA_CACHE", Path.home() / ".cache" / "hostnet-rdma")) / "bench-bin"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pin(core: int, argv: list[str]) -> list[str]:
+    return ["taskset", "-c", str(core), *argv] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else argv
+
+
+def build_go() -> Path:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["go", "build", "-o", str(CACHE) + "/", "./..."], cwd=ROOT / "scripts" / "bench", check=True)
+    return CACHE
+
+
+def bodies(directory: Path) -> int:
+    """AdmissionReviews of every hostNetwork golden pod (realistic sizes and shapes)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for case in sorted((ROOT / "tests" / "golden").glob("*/*.yaml")):
+        if case.name.endswith(".expected.yaml"):
+            continue
+        pod = yaml.safe_load(case.read_text())
+        if not pod["spec"].get("hostNetwork"):
+            continue
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "request": {"uid": f"bench-{n}", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                              "namespace": pod["metadata"].get("namespace", "default"), "operation": "CREATE",
+                              "object": pod}}  # fmt: skip
+        (directory / f"{n:03d}.json").write_text(json.dumps(review))
+        n += 1
+    return n
+
+
+def wait_tcp(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.1)
+
+
+def loadgen(
+    bin_dir: Path, url: str, ca: Path, body_dir: Path, rate: float, seconds: float, target: str
+) -> dict[str, Any]:
+    conns = "64" if rate == 0 else "128"
+    out = subprocess.run(
+        pin(1, [str(bin_dir / "loadgen"), "-url", url, "-ca", str(ca), "-bodies", str(body_dir), "-rate", str(rate),
+                "-duration", f"{seconds}s", "-warmup", "2s", "-conns", conns, "-target", target]),
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def start_targets(work: Path, bin_dir: Path) -> dict[str, tuple[str, subprocess.Popen[bytes]]]:
+    ca = tls.make_ca()
+    tls.write_dir(work / "tls", tls.make_serving(ca, ["127.0.0.1"]), ca)
+    crt, key = str(work / "tls" / tls.CERT_FILE), str(work / "tls" / tls.KEY_FILE)
+    targets: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
+    port = free_port()
+    ours = subprocess.Popen(
+        pin(0, [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                "--cert-dir", str(work / "tls")]),
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("wb"),
+        env=dict(os.environ),  # default log level: one JSON line per admission, as in production
+    )  # fmt: skip
+    wait_tcp(port, ours, "hostnet-rdma serve")
+    targets["hostnet-rdma"] = (f"https://127.0.0.1:{port}/mutate", ours)
+    for name, extra in (("go-baseline", []), ("tls-floor", ["-floor"])):
+        p = free_port()
+        proc = subprocess.Popen(
+            pin(0, [str(bin_dir / "gowebhook"), "-addr", f"127.0.0.1:{p}", "-cert", crt, "-key", key, *extra])
+        )
+        wait_tcp(p, proc, name)
+        targets[name] = (f"https://127.0.0.1:{p}/mutate", proc)
+    p = free_port()
+    proc = subprocess.Popen(pin(0, [sys.executable, str(Path(__file__).with_name("pyfloor.py")), str(p), crt, key]))
+    wait_tcp(p, proc, "python floor")
+    targets["python-tls-floor"] = (f"https://127.0.0.1:{p}/mutate", proc)
+    return targets
+
+
+def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
+    """Pod-create latency through a real API server: with our webhook, with the Go baseline
+    webhook, and with none; interleaved in one run against one API server."""
+    from tests.apiserver.conftest import Kube, start_webhook
+    from tests.apiserver.controlplane import ControlPlane
+
+    plane = ControlPlane.start(work / "cp")
+    hook = start_webhook(work / "hook")
+    try:
+        kube = Kube(plane)
+        kube.namespace(
+            "bench-on", {"hostnet-rdma.io/inject": "enabled", "pod-security.kubernetes.io/enforce": "privileged"}
+        )
+        kube.namespace("bench-off", {"pod-security.kubernetes.io/enforce": "privileged"})
+        mwc = yaml.safe_load(subprocess.run(
+            [str(plane.bin_dir / "helm"), "template", "b", "charts/hostnet-rdma", "-n", "hostnet-rdma-system",
+             "--kube-version", "1.36.3", "--show-only", "templates/mutatingwebhookconfiguration.yaml",
+             "--set", f"webhook.url={hook.url}", "--set", "certs.mode=provided",
+             "--set", "certs.provided.secretName=x", "--set", f"certs.provided.caBundle={hook.ca_bundle}"],
+            cwd=ROOT, capture_output=True, text=True, check=True).stdout)  # fmt: skip
+        kube.ok("POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mwc)
+        # The Go baseline behind the same kind of registration, for namespace bench-go.
+        go_ca = tls.make_ca()
+        tls.write_dir(work / "go-tls", tls.make_serving(go_ca, ["127.0.0.1"]), go_ca)
+        go_port = free_port()
+        go = subprocess.Popen([str(bin_dir / "gowebhook"), "-addr", f"127.0.0.1:{go_port}",
+                               "-cert", str(work / "go-tls" / tls.CERT_FILE), "-key", str(work / "go-tls" / tls.KEY_FILE)])  # fmt: skip
+        wait_tcp(go_port, go, "go baseline")
+        go_mwc = json.loads(json.dumps(mwc))
+        go_mwc["metadata"] = {"name": "bench-go-baseline"}
+        go_hook = go_mwc["webhooks"][0]
+        go_hook["name"] = "go.bench.example.com"
+        go_hook["clientConfig"] = {"url": f"https://127.0.0.1:{go_port}/mutate",
+                                   "caBundle": base64.b64encode(go_ca.cert_pem).decode()}  # fmt: skip
+        go_hook["namespaceSelector"] = {"matchLabels": {"bench": "go"}}
+        kube.namespace("bench-go", {"bench": "go", "pod-security.kubernetes.io/enforce": "privileged"})
+        kube.ok("POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", go_mwc)
+        pod = yaml.safe_load((ROOT / "tests/golden/volcano/plain-c10d-worker-1.yaml").read_text())
+        pod["metadata"].pop("name")
+        pod["metadata"]["generateName"] = "bench-"
+        # Warm up until the API server has loaded the webhook configuration.
+        deadline = time.monotonic() + 30
+        while "hostnet-rdma.io/injected" not in (
+            kube.create_pod("bench-on", pod).json()["metadata"].get("annotations") or {}
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        while kube.create_pod("bench-go", pod).json()["spec"].get("dnsPolicy") != "ClusterFirstWithHostNet":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        spaces = ("bench-on", "bench-go", "bench-off")
+        for ns in spaces:
+            for _ in range(20):
+                kube.create_pod(ns, pod)
+        times: dict[str, list[float]] = {ns: [] for ns in spaces}
+        for _ in range(pods):
+            for ns in spaces:  # interleaved: all see the same API server state
+                t = time.perf_counter()
+                r = kube.create_pod(ns, pod)
+                times[ns].append((time.perf_counter() - t) * 1000)
+                assert r.status_code == 201, r.text
+        on, off, gob = sorted(times["bench-on"]), sorted(times["bench-off"]), sorted(times["bench-go"])
+
+        def stats(xs: list[float]) -> dict[str, float]:
+            return {"mean_ms": round(statistics.fmean(xs), 3), "p50_ms": round(xs[len(xs) // 2], 3),
+                    "p99_ms": round(xs[int(0.99 * (len(xs) - 1))], 3)}  # fmt: skip
+
+        s_on, s_off, s_go = stats(on), stats(off), stats(gob)
+        return {"pods_each": pods, "with_webhook": s_on, "with_go_baseline_webhook": s_go, "without_webhook": s_off,
+                "overhead_ratio_mean": round(s_on["mean_ms"] / s_off["mean_ms"], 3),
+                "overhead_ratio_p50": round(s_on["p50_ms"] / s_off["p50_ms"], 3),
+                "go_baseline_overhead_ratio_mean": round(s_go["mean_ms"] / s_off["mean_ms"], 3),
+                "ours_vs_go_baseline_mean": round(s_on["mean_ms"] / s_go["mean_ms"], 3)}  # fmt: skip
+    finally:
+        hook.proc.terminate()
+        if "go" in locals():
+            go.terminate()
+        plane.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per point")
+    ap.add_argument("--rates", default="100,500,2000", help="offered loads (req/s); saturation is always added")
+    ap.add_argument("--pods", type=int, default=200, help="pods per side for the API-server comparison (0 skips)")
+    ap.add_argument("--out", help="also write the JSON here")
+    args = ap.parse_args()
+    rates = [float(r) for r in args.rates.split(",") if r] + [0.0]
+    bin_dir = build_go()
+    work = Path(tempfile.mkdtemp(prefix="hostnet-rdma-bench-"))
+    n = bodies(work / "bodies")
+    print(f"{n} AdmissionReviews from the golden pods; servers on core 0, load on core 1; {args.duration:.0f}s per point",
+          file=sys.stderr)  # fmt: skip
+    targets = start_targets(work, bin_dir)
+    results: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for name, (url, _) in targets.items():
+            results[name] = []
+            for rate in rates:
+                r = loadgen(bin_dir, url, work / "tls" / tls.CA_FILE, work / "bodies", rate, args.duration, name)
+                results[name].append(r)
+                label = "saturation" if rate == 0 else f"{rate:.0f} req/s"
+                print(f"{name:13s} {label:>11s}: achieved {r['achieved_rps']:8.0f} req/s  p50 {r['p50_ms']:7.3f} ms  "
+                      f"p99 {r['p99_ms']:7.3f} ms  max {r['max_ms']:8.3f} ms  errors {r['errors']}", file=sys.stderr)  # fmt: skip
+    finally:
+        for _, proc in targets.values():
+            proc.terminate()
+    sat = {name: rs[-1]["achieved_rps"] for name, rs in results.items()}
+    summary: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "duration_s": args.duration,
+        "results": results,
+        "saturation_rps_per_core": sat,
+        "ratio_to_go_baseline": round(sat["hostnet-rdma"] / sat["go-baseline"], 3),
+        "ratio_to_tls_floor": round(sat["hostnet-rdma"] / sat["tls-floor"], 3),
+        "ratio_to_python_tls_floor": round(sat["hostnet-rdma"] / sat["python-tls-floor"], 3),
+        "python_floor_ratio_to_go_baseline": round(sat["python-tls-floor"] / sat["go-baseline"], 3),
+    }
+    at500 = next((r for r in results["hostnet-rdma"] if r["offered_rps"] == 500), None)
+    if at500:
+        summary["hostnet_rdma_p99_ms_at_500"] = at500["p99_ms"]
+    if args.pods:
+        summary["apiserver_pod_create"] = pod_create_overhead(work, args.pods, bin_dir)
+        print(f"pod create through kube-apiserver: {json.dumps(summary['apiserver_pod_create'])}", file=sys.stderr)
+    shutil.rmtree(work, ignore_errors=True)
+    line = json.dumps(summary, separators=(",", ":"))
+    if args.out:
+        Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
