@@ -1,9 +1,9 @@
 """The JSON Patch (RFC 6902) from the raw object the API server sent to the mutated one.
 
 We diff raw dicts (never typed models), so fields we do not know stay untouched. The
-diff is our own and deliberately plain: jsonpatch.make_patch produced patches that do not
-reproduce the target for some list edits (found by the property tests), and a patch the
-API server cannot apply fails pod creation even with failurePolicy: Ignore. Rules:
+diff is our own and deliberately plain, so its output is easy to reason about: a patch the
+API server cannot apply fails pod creation even with failurePolicy: Ignore (the property
+tests check that every patch reproduces the mutated pod exactly). Rules:
 dicts recurse key by key; a list that only grew gets `add /-` ops; a list of the same
 length recurses per index; any other list change replaces the whole list.
 """
