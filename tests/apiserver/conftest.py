@@ -20,6 +20,11 @@ import pytest
 from app import tls
 from tests.apiserver.controlplane import ROOT, ControlPlane, free_port
 
+# Set by scripts/kind-e2e.sh: run this tier against a real cluster where the chart is
+# installed (webhook in-cluster) instead of a local API server + local webhook process.
+E2E_KUBECONFIG = os.environ.get("HOSTNET_RDMA_E2E_KUBECONFIG", "")
+local_only = pytest.mark.skipif(bool(E2E_KUBECONFIG), reason="needs the local webhook process / loopback fakes")
+
 RELEASE = "hostnet-rdma"
 RELEASE_NS = "hostnet-rdma-system"
 WEBHOOK_CONFIG = "hostnet-rdma"  # fullname of release "hostnet-rdma"
@@ -27,12 +32,46 @@ ON, OFF, BASELINE = "hr-on", "hr-off", "hr-baseline"
 TIMINGS: dict[str, float] = {}
 
 
+class ExternalCluster:
+    """A cluster reached through a kubeconfig (kind): what tests need of a ControlPlane."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        from kubernetes import client, config
+
+        self.kubeconfig = Path(kubeconfig)
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        self.url = cfg.host
+        self.cfg = cfg
+        self.startup_seconds = 0.0
+        helm_bin = Path(
+            os.environ.get("HELM", "")
+            or (subprocess.run(["which", "helm"], capture_output=True, text=True).stdout.strip())
+        )
+        self.bin_dir = helm_bin.parent
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    def http_client(self) -> httpx.Client:
+        c = self.cfg
+        headers = {"Authorization": c.api_key["authorization"]} if c.api_key.get("authorization") else {}
+        cert = (c.cert_file, c.key_file) if c.cert_file else None
+        return httpx.Client(base_url=c.host, headers=headers, cert=cert, verify=c.ssl_ca_cert or False, timeout=30)
+
+    def stop(self) -> None:
+        pass
+
+
 class Kube:
     """Raw JSON over the API server (no typed models that drop fields)."""
 
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: ControlPlane | ExternalCluster) -> None:
         self.plane = plane
-        self.http = httpx.Client(base_url=plane.url, headers=plane.headers, verify=False, timeout=30)
+        if isinstance(plane, ExternalCluster):
+            self.http = plane.http_client()
+        else:
+            self.http = httpx.Client(base_url=plane.url, headers=plane.headers, verify=False, timeout=30)
 
     def request(self, method: str, path: str, body: Any = None, **params: str) -> httpx.Response:
         kw: dict[str, Any] = {"params": params}
@@ -57,6 +96,9 @@ class Kube:
     def create_pod(self, ns: str, pod: dict[str, Any], **params: str) -> httpx.Response:
         pod = json.loads(json.dumps(pod))
         pod.setdefault("metadata", {})["namespace"] = ns
+        if E2E_KUBECONFIG:
+            # A real cluster would schedule these and pull 20 GB images: keep them gated.
+            pod["spec"].setdefault("schedulingGates", []).append({"name": "hostnet-rdma.io/e2e"})
         return self.request("POST", f"/api/v1/namespaces/{ns}/pods", pod, **params)
 
     def apply(self, manifest: dict[str, Any]) -> httpx.Response:
@@ -82,8 +124,8 @@ class Kube:
 class Webhook:
     url: str
     ca: tls.Pair
-    proc: subprocess.Popen[bytes]
-    log: Path
+    proc: subprocess.Popen[bytes] | None
+    log: Path | None
 
     @property
     def ca_bundle(self) -> str:
@@ -142,6 +184,9 @@ def wait_for_webhook(kube: Kube, ns: str, mutated: bool = True) -> None:
 
 @pytest.fixture(scope="session")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    if E2E_KUBECONFIG:
+        yield ExternalCluster(E2E_KUBECONFIG)  # type: ignore[misc]
+        return
     started = time.monotonic()
     cp = ControlPlane.start(tmp_path_factory.mktemp("controlplane"))
     TIMINGS["control plane start (incl. binaries check)"] = time.monotonic() - started
@@ -162,7 +207,12 @@ def kube(plane: ControlPlane) -> Kube:
 
 @pytest.fixture(scope="session")
 def webhook(plane: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
-    """Our webhook process, registered through `helm install` of the chart (URL + caBundle)."""
+    """Our webhook process, registered through `helm install` of the chart (URL + caBundle).
+    Against kind, the chart is installed in-cluster by scripts/kind-e2e.sh already."""
+    if E2E_KUBECONFIG:
+        wait_for_webhook(kube, ON)
+        yield Webhook("", tls.Pair(b"", b""), None, None)
+        return
     hook = start_webhook(tmp_path_factory.mktemp("webhook"))
     p = helm(plane, "install", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS,
              "--set", f"webhook.url={hook.url}", "--set", "certs.mode=provided",

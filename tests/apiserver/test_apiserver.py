@@ -19,6 +19,7 @@ from app.core import Params, mutate
 from app.wrapper import payload
 from tests.apiserver.conftest import (
     BASELINE,
+    E2E_KUBECONFIG,
     OFF,
     ON,
     RELEASE_NS,
@@ -27,6 +28,7 @@ from tests.apiserver.conftest import (
     Kube,
     Webhook,
     helm,
+    local_only,
     set_failure_policy,
     start_webhook,
     wait_for_webhook,
@@ -50,6 +52,13 @@ def injected(pod: dict[str, Any]) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
+def ours(items: list[dict[str, Any]]) -> list[str]:
+    """Names, without what a real cluster's ServiceAccount admission adds (kube-api-access-*)."""
+    return [
+        i.get("name") or i.get("mountPath") for i in items if not str(i.get("name", "")).startswith("kube-api-access-")
+    ]
+
+
 def env_of(pod: dict[str, Any], container: int = -1) -> dict[str, str]:
     c = pod["spec"]["containers"][container]
     return {e["name"]: e.get("value", "<from>") for e in c.get("env", [])}
@@ -70,7 +79,7 @@ def test_every_launcher_pod_is_stored_with_the_full_injection(kube: Kube, webhoo
     assert status is not None and status == injected(want)
     # What the core decided is what the API server stored (after its own defaulting).
     assert stored["spec"].get("dnsPolicy") == want["spec"].get("dnsPolicy", "ClusterFirst")
-    assert [v["name"] for v in stored["spec"]["volumes"]] == [v["name"] for v in want["spec"]["volumes"]]
+    assert ours(stored["spec"]["volumes"]) == ours(want["spec"]["volumes"])
     for got_c, want_c in zip(stored["spec"]["containers"], want["spec"]["containers"], strict=True):
         assert got_c.get("command") == want_c.get("command")
         assert [e["name"] for e in got_c.get("env", [])] == [e["name"] for e in want_c.get("env", [])]
@@ -98,13 +107,14 @@ def test_pod_without_label_is_untouched(kube: Kube, webhook: Webhook) -> None:
 def test_excluded_namespaces_are_never_sent_even_if_labelled(kube: Kube, webhook: Webhook, namespace: str) -> None:
     kube.http.patch(f"/api/v1/namespaces/{namespace}", content=json.dumps({"metadata": {"labels": {"hostnet-rdma.io/inject": "enabled"}}}),
                     headers={"content-type": "application/merge-patch+json"})  # fmt: skip
-    before = webhook.log.read_text().count('"msg":"admission"')
+    before = webhook.log.read_text().count('"msg":"admission"') if webhook.log else 0
     pod = load(GOLDEN / "generic" / "statefulset.yaml")
     pod["metadata"]["name"] = f"excluded-{namespace}"
     r = kube.create_pod(namespace, pod)
     assert r.status_code == 201 and injected(r.json()) is None
-    time.sleep(0.3)
-    assert webhook.log.read_text().count('"msg":"admission"') == before  # never called
+    if webhook.log:
+        time.sleep(0.3)
+        assert webhook.log.read_text().count('"msg":"admission"') == before  # never called
 
 
 def test_dry_run_server_is_mutated_and_stores_nothing(kube: Kube, webhook: Webhook) -> None:
@@ -124,6 +134,7 @@ def test_baseline_namespace_rejects_with_the_reason(kube: Kube, webhook: Webhook
     assert "privileged" in msg  # what the webhook added is named too
 
 
+@local_only
 def test_reinvocation_after_a_later_webhook(kube: Kube, webhook: Webhook, tmp_path: Path) -> None:
     """A webhook that runs after ours (sorted later) adds env + a label, as LWS does.
     Ours is re-invoked (IfNeeded): the final pod is right and nothing is applied twice."""
@@ -185,6 +196,7 @@ def test_reinvocation_after_a_later_webhook(kube: Kube, webhook: Webhook, tmp_pa
         fake.close()
 
 
+@local_only
 def test_webhook_down_and_slow(kube: Kube, webhook: Webhook, tmp_path: Path) -> None:
     """failurePolicy Fail refuses with a message naming the webhook; Ignore creates the pod
     unmutated. The same when the webhook answers after timeoutSeconds."""
@@ -249,11 +261,15 @@ def test_helm_installed_the_configuration_under_test(kube: Kube, webhook: Webhoo
     mwc = kube.ok("GET", MWC_PATH)
     assert mwc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
     hook = mwc["webhooks"][0]
-    assert hook["clientConfig"]["url"] == webhook.url
+    if E2E_KUBECONFIG:
+        assert hook["clientConfig"]["service"]["name"] == WEBHOOK_CONFIG
+    else:
+        assert hook["clientConfig"]["url"] == webhook.url
     assert hook["sideEffects"] == "None" and hook["reinvocationPolicy"] == "IfNeeded"
     assert hook["matchPolicy"] == "Equivalent" and hook["rules"][0]["operations"] == ["CREATE"]
 
 
+@local_only
 def test_self_managed_certificates_with_two_replicas(
     plane: ControlPlane, kube: Kube, webhook: Webhook, tmp_path: Path
 ) -> None:
@@ -308,6 +324,7 @@ def test_self_managed_certificates_with_two_replicas(
         wait_for_webhook(kube, ON)
 
 
+@local_only
 def test_self_managed_rotation_reaches_every_replica(
     plane: ControlPlane, kube: Kube, webhook: Webhook, tmp_path: Path
 ) -> None:
