@@ -377,3 +377,30 @@ def test_fuzz_no_5xx_no_missing_uid(server: Server, body: bytes) -> None:
             patched(sent["request"]["object"], resp)  # applies cleanly
     else:
         assert set(r.json()) == {"error"}
+
+
+def test_make_run_dev_mode_serves_healthz_with_its_own_ca(tmp_path: Path) -> None:
+    """What `make run` starts (`serve --dev`): a self-signed CA + 127.0.0.1 cert, then healthz."""
+    from tests.server.conftest import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--dev", "--port", str(port), "--cert-dir", str(tmp_path / "dev")],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                r = httpx.get(
+                    f"https://127.0.0.1:{port}/healthz", verify=str(tmp_path / "dev" / tls.CA_FILE), timeout=2
+                )
+                break
+            except (httpx.TransportError, OSError):
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        assert r.status_code == 200 and r.text == "ok"
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert f"curl --cacert {tmp_path / 'dev' / tls.CA_FILE} https://127.0.0.1:{port}/healthz" in err.decode()
