@@ -44,6 +44,18 @@ PTJ = {
 }
 PTJ_MASTER = {**PTJ, "HOSTNET_RDMA_LOCAL_ADDR": "p-master-0", "HOSTNET_RDMA_IDENTITIES": "p-master-0,p-master-0.ns"}
 
+# Every value given by the user, in the space-separated spelling: nothing may change.
+USER_GAVE_EVERYTHING = [
+    *("--rdzv-backend", "c10d", "--rdzv-endpoint", "other:1", "--nnodes", "4", "--rdzv-id", "mine"),
+    *("--local-addr", "me.example", "--rdzv-conf", "is_host=false", "train.py"),
+]
+
+# What the wrapper prepends for Volcano worker-1 when the user gave nothing.
+WORKER1_DEFAULTS = [
+    *("--rdzv-backend=c10d", "--rdzv-endpoint=j-worker-0.j:23456", "--nnodes=3", "--rdzv-id=j-uid"),
+    *("--local-addr=j-worker-1.j", "--rdzv-conf=is_host=false"),
+]
+
 CASES = [
     # (id, argv, env, expected argv)
     (
@@ -51,12 +63,7 @@ CASES = [
         ["--nproc-per-node=8", "train.py"],
         VOLCANO,
         [
-            "--rdzv-backend=c10d",
-            "--rdzv-endpoint=j-worker-0.j:23456",
-            "--nnodes=3",
-            "--rdzv-id=j-uid",
-            "--local-addr=j-worker-1.j",
-            "--rdzv-conf=is_host=false",
+            *WORKER1_DEFAULTS,
             "--nproc-per-node=8",
             "train.py",
         ],
@@ -77,37 +84,9 @@ CASES = [
     ),
     (
         "user-values-win",
-        [
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            "other:1",
-            "--nnodes",
-            "4",
-            "--rdzv-id",
-            "mine",
-            "--local-addr",
-            "me.example",
-            "--rdzv-conf",
-            "is_host=false",
-            "train.py",
-        ],
+        USER_GAVE_EVERYTHING,
         WORKER0,
-        [
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            "other:1",
-            "--nnodes",
-            "4",
-            "--rdzv-id",
-            "mine",
-            "--local-addr",
-            "me.example",
-            "--rdzv-conf",
-            "is_host=false",
-            "train.py",
-        ],
+        USER_GAVE_EVERYTHING,
     ),
     (
         "underscore-spellings",
@@ -149,12 +128,7 @@ CASES = [
         ["train.py", "--local-addr", "keep", "--rdzv-id=none"],
         VOLCANO,
         [
-            "--rdzv-backend=c10d",
-            "--rdzv-endpoint=j-worker-0.j:23456",
-            "--nnodes=3",
-            "--rdzv-id=j-uid",
-            "--local-addr=j-worker-1.j",
-            "--rdzv-conf=is_host=false",
+            *WORKER1_DEFAULTS,
             "train.py",
             "--local-addr",
             "keep",

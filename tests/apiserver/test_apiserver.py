@@ -229,9 +229,7 @@ def test_webhook_down_and_slow(kube: Kube, webhook: Webhook, tmp_path: Path) -> 
                 time.sleep(0.3)
             assert injected(r.json()) is None
     finally:
-        current = kube.ok("GET", MWC_PATH)
-        original["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        kube.ok("PUT", MWC_PATH, original)
+        restore_mwc(kube, original)
         slow.close()
         wait_for_webhook(kube, ON)
 
@@ -269,6 +267,19 @@ def test_helm_installed_the_configuration_under_test(kube: Kube, webhook: Webhoo
     assert hook["matchPolicy"] == "Equivalent" and hook["rules"][0]["operations"] == ["CREATE"]
 
 
+def self_managed_args(plane: ControlPlane, ns: str, check_seconds: int) -> list[str]:
+    return ["--self-managed-certs", "--kubeconfig", str(plane.kubeconfig), "--namespace", ns, "--secret", "hr-tls",
+            "--service", "hostnet-rdma", "--webhook-config", WEBHOOK_CONFIG, "--extra-san", "127.0.0.1",
+            "--cert-check-seconds", str(check_seconds)]  # fmt: skip
+
+
+def restore_mwc(kube: Kube, original: dict[str, Any]) -> None:
+    """Put our webhook configuration back as helm installed it."""
+    current = kube.ok("GET", MWC_PATH)
+    original["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    kube.ok("PUT", MWC_PATH, original)
+
+
 @local_only
 def test_self_managed_certificates_with_two_replicas(
     plane: ControlPlane, kube: Kube, webhook: Webhook, tmp_path: Path
@@ -278,9 +289,7 @@ def test_self_managed_certificates_with_two_replicas(
     ns = "hr-selfmanaged"
     kube.namespace(ns, {})
     original = kube.ok("GET", MWC_PATH)
-    common = ["--self-managed-certs", "--kubeconfig", str(plane.kubeconfig), "--namespace", ns, "--secret", "hr-tls",
-              "--service", "hostnet-rdma", "--webhook-config", WEBHOOK_CONFIG, "--extra-san", "127.0.0.1",
-              "--cert-check-seconds", "2"]  # fmt: skip
+    common = self_managed_args(plane, ns, check_seconds=2)
     replicas: list[Webhook] = []
     errors: list[BaseException] = []
 
@@ -318,9 +327,7 @@ def test_self_managed_certificates_with_two_replicas(
         for rep in replicas:
             rep.proc.terminate()
             rep.proc.wait(timeout=10)
-        current = kube.ok("GET", MWC_PATH)
-        original["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        kube.ok("PUT", MWC_PATH, original)
+        restore_mwc(kube, original)
         wait_for_webhook(kube, ON)
 
 
@@ -331,9 +338,7 @@ def test_self_managed_rotation_reaches_every_replica(
     ns = "hr-rotate"
     kube.namespace(ns, {})
     original = kube.ok("GET", MWC_PATH)
-    args = ["--self-managed-certs", "--kubeconfig", str(plane.kubeconfig), "--namespace", ns, "--secret", "hr-tls",
-            "--service", "hostnet-rdma", "--webhook-config", WEBHOOK_CONFIG, "--extra-san", "127.0.0.1",
-            "--cert-check-seconds", "1"]  # fmt: skip
+    args = self_managed_args(plane, ns, check_seconds=1)
     rep = start_webhook(tmp_path, extra=args, certs=False)
     try:
         first = kube.ok("GET", f"/api/v1/namespaces/{ns}/secrets/hr-tls")
@@ -357,9 +362,7 @@ def test_self_managed_rotation_reaches_every_replica(
     finally:
         rep.proc.terminate()
         rep.proc.wait(timeout=10)
-        current = kube.ok("GET", MWC_PATH)
-        original["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        kube.ok("PUT", MWC_PATH, original)
+        restore_mwc(kube, original)
 
 
 def test_record_tier_timings(plane: ControlPlane) -> None:
