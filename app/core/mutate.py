@@ -104,11 +104,7 @@ def _training_containers(pod: Obj, info: LauncherInfo, ann: dict[str, str], warn
         chosen = [by_name[n] for n in wanted if n in by_name]
         if chosen:
             return sorted(set(chosen))
-    chosen = [
-        i
-        for i, c in enumerate(containers)
-        if wrap.mentions_torchrun(c) or wrap._MODULE_RUN.search(" ".join(wrap.original_argv(c)))
-    ]
+    chosen = [i for i, c in enumerate(containers) if wrap.runs_torch_distributed(c)]
     if chosen:
         return chosen
     if info.designated_container in by_name:

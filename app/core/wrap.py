@@ -67,6 +67,12 @@ def mentions_torchrun(container: Obj) -> bool:
     return bool(_TORCHRUN.search(" ".join(original_argv(container))))
 
 
+def runs_torch_distributed(container: Obj) -> bool:
+    """The container's command starts torchrun or `python -m torch.distributed.run/launch`."""
+    argv = " ".join(original_argv(container))
+    return bool(_TORCHRUN.search(argv) or _MODULE_RUN.search(argv))
+
+
 def _static(value: str) -> bool:
     return bool(value) and "${" not in value
 
