@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -35,11 +36,15 @@ class Server:
     proc: subprocess.Popen[bytes]
     log: Path
 
+    def trust(self) -> ssl.SSLContext:
+        """Verify the server against our CA only (as the API server does with caBundle)."""
+        return ssl.create_default_context(cafile=str(self.cert_dir / tls.CA_FILE))
+
     def client(self, **kw: object) -> httpx.Client:
-        return httpx.Client(base_url=self.url, verify=str(self.cert_dir / tls.CA_FILE), timeout=30, **kw)  # type: ignore[arg-type]
+        return httpx.Client(base_url=self.url, verify=self.trust(), timeout=30, **kw)  # type: ignore[arg-type]
 
     def async_client(self, **kw: object) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.url, verify=str(self.cert_dir / tls.CA_FILE), timeout=30, **kw)  # type: ignore[arg-type]
+        return httpx.AsyncClient(base_url=self.url, verify=self.trust(), timeout=30, **kw)  # type: ignore[arg-type]
 
 
 def start_server(tmp: Path, poll_seconds: str = "1") -> Server:

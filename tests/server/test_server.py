@@ -167,6 +167,7 @@ def test_not_hostnetwork_is_allowed_without_patch(server: Server) -> None:
     assert resp == {"uid": "u-plain", "allowed": True}
 
 
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")
 def test_tls_below_1_2_is_refused(server: Server) -> None:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.load_verify_locations(str(server.cert_dir / tls.CA_FILE))
@@ -392,8 +393,8 @@ def test_make_run_dev_mode_serves_healthz_with_its_own_ca(tmp_path: Path) -> Non
         deadline = time.monotonic() + 30
         while True:
             try:
-                r = httpx.get(
-                    f"https://127.0.0.1:{port}/healthz", verify=str(tmp_path / "dev" / tls.CA_FILE), timeout=2
+                ctx = ssl.create_default_context(cafile=str(tmp_path / "dev" / tls.CA_FILE))
+                r = httpx.get(f"https://127.0.0.1:{port}/healthz", verify=ctx, timeout=2), timeout=2
                 )
                 break
             except (httpx.TransportError, OSError):
