@@ -394,8 +394,7 @@ def test_make_run_dev_mode_serves_healthz_with_its_own_ca(tmp_path: Path) -> Non
         while True:
             try:
                 ctx = ssl.create_default_context(cafile=str(tmp_path / "dev" / tls.CA_FILE))
-                r = httpx.get(f"https://127.0.0.1:{port}/healthz", verify=ctx, timeout=2), timeout=2
-                )
+                r = httpx.get(f"https://127.0.0.1:{port}/healthz", verify=ctx, timeout=2)
                 break
             except (httpx.TransportError, OSError):
                 assert proc.poll() is None and time.monotonic() < deadline
