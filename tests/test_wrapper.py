@@ -238,6 +238,19 @@ CASES = [
             "train.py",
         ],
     ),
+    (
+        "loopback-endpoint-is-host-left-to-torchrun",
+        ["--rdzv-backend=c10d", "--rdzv-endpoint=localhost:29400", "t.py"],
+        {**VOLCANO, "HOSTNET_RDMA_NNODES": "1"},
+        [
+            "--nnodes=1",
+            "--rdzv-id=j-uid",
+            "--local-addr=j-worker-1.j",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=localhost:29400",
+            "t.py",
+        ],
+    ),
     ("no-webhook-env-no-change", ["--nnodes=2", "train.py"], {}, ["--nnodes=2", "train.py"]),
     ("help-untouched", ["--help"], VOLCANO, ["--help"]),
 ]
@@ -268,6 +281,13 @@ def test_expand_missing_var_is_none() -> None:
     assert w.expand("${NOPE}:1", {}) is None
     assert w.expand_sum("${A}+${B}", {"A": "1", "B": "x"}) is None
     assert w.expand_sum("${A}+${B}", {"A": "1", "B": "2"}) == "3"
+
+
+def test_missing_default_nnodes_is_reported() -> None:
+    env = {k: v for k, v in VOLCANO.items() if k != "VC_WORKER_NUM"}
+    args, plan = w.merge(["t.py"], env)
+    assert not any(a.startswith("--nnodes") for a in args)
+    assert any("VC_WORKER_NUM" in n for n in plan.notes)
 
 
 def test_missing_default_endpoint_is_reported() -> None:
@@ -443,7 +463,6 @@ def test_execs_the_real_torchrun_with_merged_argv(tmp_path: Path) -> None:
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=localhost:1",
         "--local-addr=localhost",
-        "--rdzv-conf=is_host=true",
         "t.py",
     ]
 

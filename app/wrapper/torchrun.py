@@ -148,6 +148,10 @@ def is_own_endpoint(endpoint: str, identities: Sequence[str]) -> bool:
     return bool(host) and host in {i.lower().rstrip(".") for i in identities if i}
 
 
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "localhost.localdomain", "::1") or host.startswith("127.")
+
+
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -219,6 +223,8 @@ def merge(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], Plan]
         nnodes = expand_sum(env["HOSTNET_RDMA_NNODES"], env)
         if nnodes:
             argv.prepend("--nnodes", nnodes)
+        else:
+            plan.notes.append("default --nnodes needs env that is not set: " + env["HOSTNET_RDMA_NNODES"])
     plan.nnodes = nnodes or "1"
 
     rdzv_id, source = effective(argv, env, "--rdzv-id")
@@ -243,6 +249,9 @@ def merge(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], Plan]
         given = [v for k, v in pairs if k == "is_host"]
         if given:
             plan.is_host = given[-1]
+        elif plan.endpoint and is_loopback(endpoint_host(plan.endpoint)):
+            # A single-node job on localhost: torchrun already hosts the store itself.
+            plan.notes.append("loopback rendezvous endpoint: is_host left to torchrun")
         elif plan.endpoint:
             identities = [i for i in env.get("HOSTNET_RDMA_IDENTITIES", "").split(",") if i]
             plan.is_host = "true" if is_own_endpoint(plan.endpoint, identities) else "false"
