@@ -48,12 +48,14 @@ def _unb64(data: dict[str, str], key: str) -> bytes:
 
 
 def _sans(cert_pem: bytes) -> set[str]:
+    """DNS names and IP addresses the certificate is valid for, as strings."""
     cert = x509.load_pem_x509_certificate(cert_pem)
     try:
         ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     except x509.ExtensionNotFound:
         return set()
-    return set(ext.value.get_values_for_type(x509.DNSName))
+    names = set(ext.value.get_values_for_type(x509.DNSName))
+    return names | {str(ip) for ip in ext.value.get_values_for_type(x509.IPAddress)}
 
 
 @dataclass
@@ -92,7 +94,7 @@ class SelfManagedCerts:
             return "unreadable serving certificate"
         if left < self.rotate_before:
             return f"serving certificate expires in {left.days} days"
-        if not {h for h in self.hosts if not h[0].isdigit() and ":" not in h} <= _sans(cert):
+        if not set(self.hosts) <= _sans(cert):
             return "serving certificate names do not match the Service"
         return None
 

@@ -11,6 +11,7 @@ Two error families, enforced here and only here:
 from __future__ import annotations
 
 import base64
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
@@ -116,7 +117,7 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> Outcome:
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     name = str(meta.get("name") or meta.get("generateName") or "")
     if namespace and namespace != params.namespace:
-        params = Params(params.config, namespace, params.wrapper_payload, params.version)
+        params = dataclasses.replace(params, namespace=namespace)
     try:
         result: Result = mutate(pod, params)
     except (InvalidPod, UnsupportedPod) as e:
@@ -129,7 +130,7 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> Outcome:
         return Outcome(
             build_response(uid, warnings=result.warnings), "unchanged", launcher, uid, namespace, name, result.warnings
         )
-    ops = jsonpatch_.diff(pod, result.pod)
+    ops = jsonpatch_.diff(pod, result.pod)  # result.changed: there is at least one op
     return Outcome(
         build_response(uid, ops, result.warnings), "mutated", launcher, uid, namespace, name, result.warnings
     )

@@ -21,7 +21,7 @@ from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import __version__, config
+from app import __version__, config, filewatch
 from app.core import ConfigError, InjectConfig, Params
 from app.review import BadReview, review
 from app.settings import ServerSettings
@@ -77,25 +77,9 @@ class ConfigHolder:
         logging.getLogger("hostnet_rdma.config").info("config reloaded from %s", self.path)
         return True
 
-    def _watch(self) -> None:
-        assert self.path is not None
-        try:
-            from watchfiles import watch
-
-            for _ in watch(
-                self.path.parent,
-                stop_event=self._stop,
-                rust_timeout=int(self.poll_seconds * 1000),
-                yield_on_timeout=True,
-            ):
-                self.check()
-        except Exception:
-            while not self._stop.wait(self.poll_seconds):
-                self.check()
-
     def start(self) -> None:
         if self.path is not None:
-            threading.Thread(target=self._watch, name="config-reload", daemon=True).start()
+            filewatch.watch_and_poll(self.path.parent, self._stop, self.poll_seconds, self.check, "config-reload")
 
     def stop(self) -> None:
         self._stop.set()
@@ -142,6 +126,15 @@ def create_app(
     app.state.config = holder
     app.state.metrics = metrics
 
+    params_cache: list[Params] = []
+
+    def current_params() -> Params:
+        """Params for the live config, rebuilt only when the config is reloaded."""
+        cfg = holder.config
+        if not params_cache or params_cache[0].config is not cfg:
+            params_cache[:] = [Params(cfg, settings.default_namespace, wrapper_payload, __version__)]
+        return params_cache[0]
+
     def reject(status: int, reason: str) -> tuple[int, bytes]:
         metrics.requests.labels("bad_request", "").inc()
         return status, orjson.dumps({"error": reason})
@@ -167,14 +160,8 @@ def create_app(
             chunks.append(chunk)
             if not message.get("more_body"):
                 break
-        params = Params(
-            config=holder.config,
-            namespace=settings.default_namespace,
-            wrapper_payload=wrapper_payload,
-            version=__version__,
-        )
         try:
-            result = review(b"".join(chunks), params)
+            result = review(b"".join(chunks), current_params())
         except BadReview as e:
             return reject(400, str(e))
         elapsed = time.perf_counter() - started

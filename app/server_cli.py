@@ -120,7 +120,17 @@ def _self_managed(args: argparse.Namespace, settings: ServerSettings, stop: thre
             settings.cert_dir, cluster_domain, dt.timedelta(days=args.rotate_before_days), tuple(args.extra_san),
         )  # fmt: skip
         certs.ensure()
-    except (ApiException, OSError, RuntimeError, ConfigError) as e:
+    except ApiException as e:
+        hint = ""
+        if e.status in (401, 403):
+            hint = (f" The ServiceAccount needs get/update on Secret {namespace}/{args.secret}, create on Secrets, "
+                    f"and get/patch on MutatingWebhookConfiguration {args.webhook_config} (the chart's RBAC for "
+                    "certs.mode=self-managed).")  # fmt: skip
+        elif e.status == 404:
+            hint = f" Is MutatingWebhookConfiguration {args.webhook_config!r} installed (the chart creates it)?"
+        print(f"hostnet-rdma: error: self-managed certificates: {e.status} {e.reason}.{hint}", file=sys.stderr)
+        return 1
+    except (OSError, RuntimeError, ConfigError) as e:
         print(f"hostnet-rdma: error: self-managed certificates: {e}", file=sys.stderr)
         return 1
     threading.Thread(target=certs.run, args=(stop, args.cert_check_seconds), name="cert-manage", daemon=True).start()
@@ -143,7 +153,10 @@ def register(sub: Any) -> None:
     s.add_argument("--service", help="the webhook's Service name (certificate SANs)")
     s.add_argument("--webhook-config", help="MutatingWebhookConfiguration whose caBundle to patch")
     s.add_argument("--rotate-before-days", type=int, default=30, help="renew the serving cert this long before expiry")
-    s.add_argument("--cert-check-seconds", type=float, default=3600.0, help="how often to re-check the Secret")
+    # Cheap (two GETs): a caBundle reset by a `kubectl apply`/`helm upgrade --force` of the
+    # webhook configuration is repaired within this interval, and rotations reach every replica.
+    s.add_argument("--cert-check-seconds", type=float, default=60.0,
+                   help="how often to re-check the Secret and the caBundle (default 60)")  # fmt: skip
     s.add_argument("--extra-san", action="append", default=[],
                    help="extra certificate name/IP (webhook reached by URL, e.g. 127.0.0.1 in tests)")  # fmt: skip
     s.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")

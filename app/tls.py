@@ -11,7 +11,6 @@ import os
 import ssl
 import tempfile
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from app import filewatch
 
 log = logging.getLogger("hostnet_rdma.tls")
 
@@ -147,8 +148,7 @@ class ReloadingCert:
     """Owns the live SSLContext; swaps its certificate when the files change.
 
     New handshakes use the new pair; a broken new pair is refused and the old one stays.
-    Watches the directory (watchfiles) and also polls, as mounted Secrets update via a
-    symlink swap that some watchers miss.
+    Watched and polled by app.filewatch.
     """
 
     def __init__(self, directory: Path, poll_seconds: float = 10.0) -> None:
@@ -161,7 +161,6 @@ class ReloadingCert:
         self.expiry = not_after(self.cert_file.read_bytes())
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self.on_reload: Callable[[], None] | None = None
         self.reloads = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -199,25 +198,10 @@ class ReloadingCert:
             self.expiry = not_after(current[0])
             self.reloads += 1
             log.info("serving certificate reloaded from %s (expires %s)", self.directory, self.expiry.isoformat())
-        if self.on_reload:
-            self.on_reload()
         return True
 
-    def _watch(self) -> None:
-        try:
-            from watchfiles import watch
-
-            for _ in watch(
-                self.directory, stop_event=self._stop, rust_timeout=int(self.poll_seconds * 1000), yield_on_timeout=True
-            ):
-                self._check_on_loop()
-        except Exception as e:  # fall back to polling only
-            log.warning("file watch on %s failed (%s); polling every %ss", self.directory, e, self.poll_seconds)
-            while not self._stop.wait(self.poll_seconds):
-                self._check_on_loop()
-
     def start(self) -> None:
-        threading.Thread(target=self._watch, name="cert-reload", daemon=True).start()
+        filewatch.watch_and_poll(self.directory, self._stop, self.poll_seconds, self._check_on_loop, "cert-reload")
 
     def stop(self) -> None:
         self._stop.set()

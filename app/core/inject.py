@@ -122,8 +122,9 @@ def capabilities(pod: Obj, ctx: Context) -> Outcome:
         caps = child(sc, "capabilities")
         add = child_list(caps, "add")
         dropped = {str(x).upper().removeprefix("CAP_") for x in caps.get("drop") or []}
+        present = {str(x).upper().removeprefix("CAP_") for x in add}
         for cap in ("IPC_LOCK", "SYS_ADMIN"):
-            if cap in {str(x).upper().removeprefix("CAP_") for x in add}:
+            if cap in present:
                 continue
             if cap in dropped:
                 skipped.append(f"{c.get('name')}: {cap} dropped by the user")
@@ -162,7 +163,8 @@ def nccl_env(pod: Obj, ctx: Context) -> Outcome:
     for c in _training(pod, ctx):
         if c.get("envFrom"):
             ctx.warn(
-                f"{c.get('name')}: envFrom values are invisible at admission; profile env (NCCL_*) takes precedence over them"
+                f"{c.get('name')}: envFrom values are invisible at admission, so profile env (NCCL_*) overrides them; "
+                f"to keep NCCL settings from envFrom, annotate {names.ANN_SKIP}=nccl-env"
             )
         env = Env(c)
         for key, value in ctx.profile.env:

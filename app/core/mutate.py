@@ -29,7 +29,7 @@ assert tuple(s[0] for s in STEPS) == STEP_NAMES
 
 
 class InvalidPod(ValueError):
-    """The object is not a Pod at all (the CLI exits 2; the server answers 400)."""
+    """The object is not a Pod at all (the CLI exits 2; the server allows it unchanged with a warning)."""
 
 
 class UnsupportedPod(ValueError):

@@ -47,7 +47,9 @@ def _diff(old: Any, new: Any, path: str, ops: list[Op]) -> None:
 
 def diff(original: dict[str, Any], mutated: dict[str, Any]) -> list[Op]:
     ops: list[Op] = []
-    if original != mutated:
+    # Two dicts: _diff compares key by key, so no whole-object compare up front (the hot
+    # path already paid for one in mutate()).
+    if (isinstance(original, dict) and isinstance(mutated, dict)) or original != mutated:
         _diff(original, mutated, "", ops)
     return ops
 

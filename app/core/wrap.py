@@ -63,10 +63,6 @@ def original_argv(container: Obj) -> list[str]:
     return [str(x) for x in cmd] + [str(x) for x in container.get("args") or []]
 
 
-def mentions_torchrun(container: Obj) -> bool:
-    return bool(_TORCHRUN.search(" ".join(original_argv(container))))
-
-
 def runs_torch_distributed(container: Obj) -> bool:
     """The container's command starts torchrun or `python -m torch.distributed.run/launch`."""
     argv = " ".join(original_argv(container))

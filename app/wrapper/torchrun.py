@@ -29,7 +29,6 @@ README_TROUBLESHOOTING = "https://github.com/hostnet-rdma/hostnet-rdma#troublesh
 
 # torchrun options that take no value (torch/distributed/run.py); every other option does.
 FLAG_OPTIONS = {"--standalone", "-m", "--module", "--no-python", "--run-path", "--virtual-local-rank", "-h", "--help"}
-SHORT_VALUE_OPTIONS = {"-r", "-t"}
 
 ETCD_BACKENDS = ("etcd", "etcd-v2")
 
@@ -98,9 +97,11 @@ class Argv:
     def prepend(self, option: str, value: str) -> None:
         # Options go first: torchrun accepts them in any order before the script, and the
         # script's own arguments after it are never touched.
-        self.args.insert(self.inserted, f"{option}={value}")
+        at = self.inserted
+        self.args.insert(at, f"{option}={value}")
         self.inserted += 1
-        self.options = Argv(self.args).options
+        self.options = {k: (i + 1 if i >= at else i, v) for k, (i, v) in self.options.items()}
+        self.options[option] = (at, value)
 
 
 def effective(argv: Argv, env: Mapping[str, str], option: str) -> Tuple[Optional[str], str]:
