@@ -40,22 +40,16 @@ def test_good_log_passes() -> None:
     assert "is_host=true local_addr=ddp-vc-worker-0.ddp-vc" in details["wrapper"]
 
 
-def test_socket_fallback_fails_transport_devices_and_gdrdma() -> None:
-    assert results("socket-fallback.log") == {
-        "transport": False,
-        "ib devices": False,
-        "gdrdma channels": False,
-        "wrapper": True,
-    }
-
-
-def test_missing_gdrdma_fails_only_that() -> None:
-    assert results("no-gdrdma.log") == {
-        "transport": True,
-        "ib devices": True,
-        "gdrdma channels": False,
-        "wrapper": True,
-    }
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        ("socket-fallback.log", {"transport": False, "ib devices": False, "gdrdma channels": False, "wrapper": True}),
+        ("no-gdrdma.log", {"transport": True, "ib devices": True, "gdrdma channels": False, "wrapper": True}),
+    ],
+    ids=["socket-fallback-fails-transport-devices-gdrdma", "missing-gdrdma-fails-only-that"],
+)
+def test_failing_logs_fail_exactly_the_right_checks(log: str, expected: dict[str, bool]) -> None:
+    assert results(log) == expected
 
 
 def test_front_end_ports_and_missing_devices_are_named() -> None:

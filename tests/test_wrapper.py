@@ -489,3 +489,12 @@ def test_minified_wrapper_behaves_like_the_source(tmp_path: Path) -> None:
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == ["torchrun", *w.merge(["--nproc-per-node=2", "t.py"], VOLCANO)[0]]
+
+
+def test_missing_real_torchrun_exits_127_with_the_reason(tmp_path: Path) -> None:
+    env = {**VOLCANO, "PATH": str(tmp_path), "HOSTNET_RDMA_MIN_TORCH": "0"}
+    full = {"PYTHONPATH": str(ROOT), **env}
+    p = subprocess.run([sys.executable, "-m", "app.wrapper", "torchrun", "t.py"], env=full, capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert p.returncode == 127
+    assert "the real torchrun is not on PATH after the wrapper; is torch installed in this image?" in p.stderr

@@ -145,18 +145,22 @@ def privileged(pod: Obj, ctx: Context) -> Outcome:
     resource = _rdma_resource(pod, ctx.params.config.rdma_resource_prefixes)
     if resource:
         return f"devices come from resource {resource}"
+    kept: list[str] = []
     for c in _training(pod, ctx):
         sc = child(c, "securityContext")
         if sc.get("privileged") is False:
             ctx.warn(
                 f"{c.get('name')}: privileged: false kept; hostPath RDMA devices may be unusable (NCCL falls back to sockets)"
             )
+            kept.append("privileged: false set by the user")
             continue
         if sc.get("allowPrivilegeEscalation") is False:
             ctx.warn(f"{c.get('name')}: not made privileged because allowPrivilegeEscalation is false")
+            kept.append("allowPrivilegeEscalation: false set by the user")
             continue
         sc["privileged"] = True
-    return None
+    # In effect if any training container is privileged; else say why none is.
+    return kept[0] if len(kept) == len(ctx.training) and kept else None
 
 
 def nccl_env(pod: Obj, ctx: Context) -> Outcome:

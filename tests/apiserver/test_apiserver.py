@@ -359,6 +359,14 @@ def test_self_managed_rotation_reaches_every_replica(
         while (tmp_path / "tls" / "tls.crt").read_bytes() != base64.b64decode(second["data"]["tls.crt"]):
             assert time.monotonic() < deadline, "rotation did not reach the running replica"
             time.sleep(0.2)
+        # A caBundle reset by re-applying the configuration is repaired by the running replica.
+        broken = kube.ok("GET", MWC_PATH)
+        broken["webhooks"][0]["clientConfig"]["caBundle"] = webhook.ca_bundle
+        kube.ok("PUT", MWC_PATH, broken)
+        deadline = time.monotonic() + 20
+        while kube.ok("GET", MWC_PATH)["webhooks"][0]["clientConfig"]["caBundle"] != second["data"]["ca.crt"]:
+            assert time.monotonic() < deadline, "caBundle not repaired"
+            time.sleep(0.2)
     finally:
         rep.proc.terminate()
         rep.proc.wait(timeout=10)

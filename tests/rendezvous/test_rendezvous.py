@@ -186,6 +186,21 @@ def report(what: str, seconds: float) -> None:
     print(f"\n[rendezvous] {what}: {seconds:.1f}s", flush=True)
 
 
+def run_wrapped(
+    bed: Testbed,
+    placed: list[tuple[Node, dict[str, Any]]],
+    runtime_env: dict[str, str],
+    tmp: Path,
+    what: str,
+    world: int,
+) -> list[Run]:
+    """Launch mutated pods on their nodes, wait (bounded), report the wall time, require success."""
+    runs = [launch_pod(bed, node, pod, runtime_env, tmp) for node, pod in placed]
+    report(what, wait_all(runs))
+    assert_completed(runs, world)
+    return runs
+
+
 # ------------------------------------------------------------------------------ wrapped
 
 
@@ -195,13 +210,8 @@ def test_volcano_c10d_completes(bed: Testbed, tmp_path: Path) -> None:
     bed.add_pod(n1, "vc-worker-1.vc")
     cmd = ["torchrun", "--nproc-per-node=2", SCRIPT]
     rt = {"VC_WORKER_NUM": "2", "VC_WORKER_HOSTS": "vc-worker-0.vc,vc-worker-1.vc"}
-    runs = [
-        launch_pod(bed, n0, volcano_pod("vc", "worker", 0, cmd), rt, tmp_path),
-        launch_pod(bed, n1, volcano_pod("vc", "worker", 1, cmd), rt, tmp_path),
-    ]
-    elapsed = wait_all(runs)
-    report("volcano c10d, wrapped, 2 nodes x 2 procs", elapsed)
-    assert_completed(runs, 4)
+    placed = [(n0, volcano_pod("vc", "worker", 0, cmd)), (n1, volcano_pod("vc", "worker", 1, cmd))]
+    runs = run_wrapped(bed, placed, rt, tmp_path, "volcano c10d, wrapped, 2 nodes x 2 procs", world=4)
     l0, l1 = wrapper_line(runs[0]), wrapper_line(runs[1])
     assert "is_host=true local_addr=vc-worker-0.vc endpoint=vc-worker-0.vc:23456" in l0
     assert "is_host=false local_addr=vc-worker-1.vc" in l1
@@ -217,13 +227,11 @@ def test_pytorchjob_is_host_follows_the_endpoint_not_the_index(bed: Testbed, tmp
     bed.add_pod(n0, "tj-master-0")
     bed.add_pod(n1, "tj-worker-0")
     env = {"PET_RDZV_ENDPOINT": f"tj-worker-0:{PORT}", "PET_RDZV_BACKEND": "c10d", "PET_NNODES": "2:2"}
-    runs = [
-        launch_pod(bed, n0, pytorchjob_pod("tj", "uid-1", "master", 0, env), {}, tmp_path),
-        launch_pod(bed, n1, pytorchjob_pod("tj", "uid-1", "worker", 0, env), {}, tmp_path),
+    placed = [
+        (n0, pytorchjob_pod("tj", "uid-1", "master", 0, env)),
+        (n1, pytorchjob_pod("tj", "uid-1", "worker", 0, env)),
     ]
-    elapsed = wait_all(runs)
-    report("pytorchjob c10d (master-0 + worker-0), wrapped", elapsed)
-    assert_completed(runs, 4)
+    runs = run_wrapped(bed, placed, {}, tmp_path, "pytorchjob c10d (master-0 + worker-0), wrapped", world=4)
     assert "is_host=false local_addr=tj-master-0 endpoint=tj-worker-0:23456" in wrapper_line(runs[0])
     assert "is_host=true local_addr=tj-worker-0" in wrapper_line(runs[1])
 
@@ -233,13 +241,8 @@ def test_two_pods_on_one_node_exactly_one_hosts(bed: Testbed, tmp_path: Path) ->
     bed.add_pod(n0, "same-worker-0.same", "same-worker-1.same")  # one node, one IP
     cmd = ["torchrun", "--nproc-per-node=1", SCRIPT]
     rt = {"VC_WORKER_NUM": "2"}
-    runs = [
-        launch_pod(bed, n0, volcano_pod("same", "worker", 0, cmd), rt, tmp_path),
-        launch_pod(bed, n0, volcano_pod("same", "worker", 1, cmd), rt, tmp_path),
-    ]
-    elapsed = wait_all(runs)
-    report("two pods on one node, wrapped", elapsed)
-    assert_completed(runs, 2)
+    placed = [(n0, volcano_pod("same", "worker", 0, cmd)), (n0, volcano_pod("same", "worker", 1, cmd))]
+    runs = run_wrapped(bed, placed, rt, tmp_path, "two pods on one node, wrapped", world=2)
     hosts = [("is_host=true" in wrapper_line(r)) for r in runs]
     assert hosts == [True, False]
 
@@ -277,12 +280,8 @@ def test_etcd_v2_unique_rdzv_id_lets_the_same_job_name_run_twice(
     for attempt, uid in enumerate(("uid-first", "uid-second")):  # same job name, new job object
         sub = tmp_path / f"run{attempt}"
         sub.mkdir()
-        runs = [
-            launch_pod(bed, n, pytorchjob_pod("ej", uid, "worker", i, env), {}, sub) for i, n in enumerate(bed.nodes)
-        ]
-        elapsed = wait_all(runs)
-        report(f"etcd-v2 wrapped run {attempt + 1} (rdzv id {uid})", elapsed)
-        assert_completed(runs, 4)
+        placed = [(n, pytorchjob_pod("ej", uid, "worker", i, env)) for i, n in enumerate(bed.nodes)]
+        runs = run_wrapped(bed, placed, {}, sub, f"etcd-v2 wrapped run {attempt + 1} (rdzv id {uid})", world=4)
         assert f"rdzv_id={uid}" in wrapper_line(runs[0])
 
 
@@ -379,9 +378,8 @@ def test_broken_gloo_without_ifname_fails_and_wrapped_completes(bed: Testbed, tm
     # The same job through the webhook + wrapper completes.
     cmd = ["torchrun", "--nproc-per-node=2", SCRIPT]
     rt = {"VC_WORKER_NUM": "2"}
-    wrapped = [launch_pod(bed, n, volcano_pod("gl", "worker", i, cmd), rt, tmp_path) for i, n in enumerate((n0, n1))]
-    wait_all(wrapped)
-    assert_completed(wrapped, 4)
+    placed = [(n, volcano_pod("gl", "worker", i, cmd)) for i, n in enumerate((n0, n1))]
+    run_wrapped(bed, placed, rt, tmp_path, "gloo job, wrapped", world=4)
 
 
 def test_wrapped_unresolvable_endpoint_fails_fast_with_a_clear_message(bed: Testbed, tmp_path: Path) -> None:

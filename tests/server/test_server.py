@@ -404,3 +404,9 @@ def test_make_run_dev_mode_serves_healthz_with_its_own_ca(tmp_path: Path) -> Non
         proc.terminate()
         _, err = proc.communicate(timeout=10)
     assert f"curl --cacert {tmp_path / 'dev' / tls.CA_FILE} https://127.0.0.1:{port}/healthz" in err.decode()
+
+
+def test_mutate_only_accepts_post(server: Server) -> None:
+    with server.client() as c:
+        r = c.get("/mutate")
+    assert r.status_code == 405 and r.json() == {"error": "use POST"}
