@@ -107,6 +107,12 @@ def not_after(cert_pem: bytes) -> dt.datetime:
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` in one rename; unchanged content is not rewritten (no spurious reloads)."""
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         os.write(fd, data)
