@@ -4,7 +4,6 @@ image built from deploy/Dockerfile, and the namespaces the jobs run in."""
 from __future__ import annotations
 
 import base64
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,20 +12,16 @@ from typing import Any
 import pytest
 
 from tests.cluster.harness import (
-    ROOT,
     Cluster,
     available,
     binaries,
     build_images,
     cleanup_stale,
     leftovers,
-    log,
     new_workdir,
 )
+from tests.cluster.release import RELEASE, RELEASE_NS, helm, install, namespaces
 
-RELEASE = "hostnet-rdma"
-RELEASE_NS = "hostnet-rdma-system"
-ON, OFF = "hrc-on", "hrc-off"
 TIMINGS: dict[str, float] = {}
 
 
@@ -56,48 +51,18 @@ def cluster() -> Iterator[Cluster]:
         assert not left, f"teardown left: {left}"
 
 
-def helm(c: Cluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(c.bin / "helm"), *args], capture_output=True, text=True, env=c.env(), cwd=ROOT, timeout=timeout
-    )
-
-
-def image_ref(c: Cluster, name: str) -> str:
-    return (c.images / f"{name}.ref").read_text().strip()
-
-
 @pytest.fixture(scope="package")
 def release(cluster: Cluster) -> dict[str, Any]:
-    """`helm install` as a user does: default values except the image, its pull policy and
-    the infiniband hostPath (a test folder here). Then `helm test`."""
-    infiniband = cluster.workdir / "infiniband"
-    infiniband.mkdir(exist_ok=True)
-    repo, tag = image_ref(cluster, "webhook").rsplit(":", 1)
+    """`helm install` as a user does (tests/cluster/release.py), then `helm test`."""
     t0 = time.monotonic()
-    p = helm(cluster, "install", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--create-namespace",
-             "--set", f"image.repository={repo}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-             "--set", f"config.inject.infinibandPath={infiniband}", "--wait", "--timeout", "4m")  # fmt: skip
-    if p.returncode != 0:
-        log(cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False))
-        log(cluster.kubectl("describe", "pods", "-n", RELEASE_NS, check=False)[-6000:])
-        log(cluster.kubectl("logs", "-n", RELEASE_NS, "-l", "app.kubernetes.io/name=hostnet-rdma", "--tail=50",
-                            check=False))  # fmt: skip
+    p = install(cluster)
     assert p.returncode == 0, p.stderr
     TIMINGS["helm install --wait"] = time.monotonic() - t0
     t1 = time.monotonic()
     test = helm(cluster, "test", RELEASE, "-n", RELEASE_NS, "--timeout", "2m")
     TIMINGS["helm test"] = time.monotonic() - t1
-    for ns, labels in ((ON, {"hostnet-rdma.io/inject": "enabled"}), (OFF, {})):
-        cluster.kubectl("create", "namespace", ns)
-        # Host-network RDMA pods need the privileged Pod Security level (README: Opt in).
-        cluster.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged",
-                        *(f"{k}={v}" for k, v in labels.items()))  # fmt: skip
-    for ns in (ON, OFF):
-        deadline = time.monotonic() + 60
-        while cluster.kubectl("get", "sa", "default", "-n", ns, check=False) == "":
-            assert time.monotonic() < deadline, f"no default ServiceAccount in {ns}"
-            time.sleep(0.3)
-    return {"helm_test": test, "infiniband": infiniband}
+    namespaces(cluster)
+    return {"helm_test": test}
 
 
 def secret_ca(c: Cluster) -> bytes:

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from tests.cluster import jobs
-from tests.cluster.conftest import OFF, ON, RELEASE, RELEASE_NS, TIMINGS, helm, image_ref, secret_ca, torch_sites
+from tests.cluster.conftest import TIMINGS, secret_ca, torch_sites
 from tests.cluster.harness import Cluster
+from tests.cluster.release import OFF, ON, RELEASE, RELEASE_NS, helm, image_ref
 
 # Ports of the c10d store: jobs that overlap in time on the host network need their own.
 PORT, UNMUTATED_PORT = 29400, 29401
@@ -96,6 +97,33 @@ def test_chart_installed_from_the_built_image(cluster: Cluster, release: dict[st
     test = release["helm_test"]
     assert test.returncode == 0, test.stdout + test.stderr
     assert "Phase:          Succeeded" in test.stdout or "Succeeded" in test.stdout, test.stdout
+
+
+NAMES = """import socket, sys
+me, other = socket.gethostname(), sys.argv[1]
+try:
+    theirs = socket.gethostbyname(other)
+except OSError:
+    theirs = "unresolvable"
+print("NAMES", me, socket.gethostbyname(me), other, theirs)
+"""
+
+
+def test_node_names_resolve_like_the_seeds_nodes(cluster: Cluster, release: dict[str, Any]) -> None:
+    """In a host-network pod, the node's own name is 127.0.1.1 and the other node's name does
+    not resolve (the seed's Ubuntu nodes): the trap torchrun falls into is real here."""
+    for node, other in (("node1", "node2"), ("node2", "node1")):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"names-{node}", "namespace": OFF},
+               "spec": {"nodeName": node, "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": image_ref(cluster, "train"), "imagePullPolicy": "Never",
+                                        "command": ["python3", "-c", NAMES, other]}]}}  # fmt: skip
+        jobs.apply(cluster, [pod])
+    for node, other in (("node1", "node2"), ("node2", "node1")):
+        cluster.kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", f"pod/names-{node}", "-n", OFF,
+                        "--timeout=60s")  # fmt: skip
+        line = logs(cluster, OFF, f"names-{node}").strip()
+        assert line == f"NAMES {node} 127.0.1.1 {other} unresolvable", line
 
 
 def test_indexed_job_completes(cluster: Cluster, release: dict[str, Any]) -> None:

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Pod create -> Running on the real two-node cluster of the test tier (tests/cluster), with
+and without the webhook. Needs root; builds or reuses the cached binaries and images.
+
+For each round, N host-network pods (the training image, `sleep`) are created at once in the
+namespace that is not opted in, then in the opted-in one (mutated: plumbing, NCCL env, the
+wrapper bootstrap). Each pod's latency runs from just before its POST to the first watch event
+that shows it Running. Pods are deleted between batches. Prints a table and one JSON line.
+
+    sudo .venv/bin/python scripts/bench/cluster_pods.py [--pods 20] [--rounds 3] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from tests.cluster import harness, release  # noqa: E402
+
+
+def pod(name: str, image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"bench": "1", "hostnet-rdma.io/inject": "enabled"}},
+        "spec": {
+            "hostNetwork": True,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {"name": "trainer", "image": image, "imagePullPolicy": "Never", "command": ["sleep", "600"]}
+            ],
+        },
+    }
+
+
+def batch(c: harness.Cluster, api: httpx.Client, ns: str, n: int, image: str, tag: str) -> list[float]:
+    names = [f"bench-{tag}-{i}" for i in range(n)]
+    sent: dict[str, float] = {}
+    running: dict[str, float] = {}
+    done = threading.Event()
+
+    def poll() -> None:
+        # A list every 50 ms: a watch opened on a fresh API server can fail with
+        # "Too large resource version", and 50 ms is far below what is measured.
+        while not done.is_set():
+            items = api.get(f"/api/v1/namespaces/{ns}/pods", params={"labelSelector": "bench=1"}).json()["items"]
+            now = time.perf_counter()
+            for obj in items:
+                name = obj["metadata"]["name"]
+                if obj.get("status", {}).get("phase") == "Running" and name not in running:
+                    running[name] = now
+            if all(x in running for x in names):
+                return
+            time.sleep(0.05)
+
+    w = threading.Thread(target=poll, daemon=True)
+    w.start()
+
+    def create(name: str) -> None:
+        sent[name] = time.perf_counter()
+        r = api.post(f"/api/v1/namespaces/{ns}/pods", json=pod(name, image))
+        assert r.status_code == 201, r.text
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, names))
+    w.join(180)
+    done.set()
+    if len(running) < n:
+        print(c.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False), file=sys.stderr)
+    missing = [x for x in names if x not in running]
+    assert not missing, f"not Running within 180s: {missing}"
+    if ns == release.ON:
+        got = api.get(f"/api/v1/namespaces/{ns}/pods/{names[0]}").json()
+        assert "hostnet-rdma.io/injected" in got["metadata"].get("annotations", {}), "opted-in pod was not mutated"
+    c.kubectl("delete", "pods", "-n", ns, "-l", "bench=1", "--wait=true", "--timeout=120s")
+    return [running[x] - sent[x] for x in names]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "n": len(values),
+        "mean_s": round(statistics.mean(values), 3),
+        "p50_s": round(ordered[len(ordered) // 2], 3),
+        "p95_s": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))], 3),
+        "max_s": round(ordered[-1], 3),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pods", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    why = harness.available()
+    if why:
+        print(f"cluster_pods: {why}", file=sys.stderr)
+        return 2
+    harness.cleanup_stale()
+    c = harness.Cluster(harness.new_workdir(), harness.binaries(), harness.build_images())
+    try:
+        c.up()
+        p = release.install(c)
+        assert p.returncode == 0, p.stderr
+        release.namespaces(c)
+        image = release.image_ref(c, "train")
+        api = httpx.Client(base_url=c.api_url, headers={"Authorization": f"Bearer {c.token}"},
+                           verify=str(c.pki / "ca.crt"), timeout=30)  # fmt: skip
+        batch(c, api, release.OFF, 4, image, "warmup")  # first container starts pay one-off costs
+        results: dict[str, list[float]] = {"without webhook": [], "with webhook": []}
+        for r in range(args.rounds):
+            results["without webhook"] += batch(c, api, release.OFF, args.pods, image, f"off{r}")
+            results["with webhook"] += batch(c, api, release.ON, args.pods, image, f"on{r}")
+        out = {
+            "pods_per_batch": args.pods,
+            "rounds": args.rounds,
+            "nodes": len(c.nodes),
+            "cluster_up_s": c.timings.get("cluster up"),
+            **{k: summary(v) for k, v in results.items()},
+        }
+    finally:
+        c.down()
+    print(f"pod create -> Running, {args.pods} pods at once x {args.rounds} rounds, {len(c.nodes)} nodes:")
+    print(f"{'':18} {'mean':>7} {'p50':>7} {'p95':>7} {'max':>7}")
+    for k in ("without webhook", "with webhook"):
+        s = out[k]
+        print(f"{k:18} {s['mean_s']:>6.2f}s {s['p50_s']:>6.2f}s {s['p95_s']:>6.2f}s {s['max_s']:>6.2f}s")
+    line = json.dumps(out)
+    if args.out:
+        args.out.write_text(line + "\n")
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The chart installed on the test cluster as a user installs it, and the namespaces jobs run
+in. Shared by the cluster tier's fixtures and scripts/bench/cluster_pods.py."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from tests.cluster.harness import ROOT, Cluster, log
+
+RELEASE = "hostnet-rdma"
+RELEASE_NS = "hostnet-rdma-system"
+ON, OFF = "hrc-on", "hrc-off"
+
+
+def helm(c: Cluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(c.bin / "helm"), *args], capture_output=True, text=True, env=c.env(), cwd=ROOT, timeout=timeout
+    )
+
+
+def image_ref(c: Cluster, name: str) -> str:
+    return (c.images / f"{name}.ref").read_text().strip()
+
+
+def install(c: Cluster) -> subprocess.CompletedProcess[str]:
+    """`helm install` with default values except the image, its pull policy and the
+    infiniband hostPath (a test folder here); waits for the Deployment."""
+    infiniband = c.workdir / "infiniband"
+    infiniband.mkdir(exist_ok=True)
+    repo, tag = image_ref(c, "webhook").rsplit(":", 1)
+    p = helm(c, "install", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--create-namespace",
+             "--set", f"image.repository={repo}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+             "--set", f"config.inject.infinibandPath={infiniband}", "--wait", "--timeout", "4m")  # fmt: skip
+    if p.returncode != 0:
+        log(c.kubectl("get", "pods", "-A", "-o", "wide", check=False))
+        log(c.kubectl("describe", "pods", "-n", RELEASE_NS, check=False)[-6000:])
+        log(c.kubectl("logs", "-n", RELEASE_NS, "-l", "app.kubernetes.io/name=hostnet-rdma", "--tail=50", check=False))
+    return p
+
+
+def namespaces(c: Cluster) -> None:
+    """ON is opted in, OFF is not; both allow privileged pods (README: Opt in)."""
+    for ns, labels in ((ON, ["hostnet-rdma.io/inject=enabled"]), (OFF, [])):
+        c.kubectl("create", "namespace", ns)
+        c.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged", *labels)
+    for ns in (ON, OFF):
+        deadline = time.monotonic() + 60
+        while c.kubectl("get", "sa", "default", "-n", ns, check=False) == "":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no default ServiceAccount in {ns}")
+            time.sleep(0.3)
