@@ -3,11 +3,10 @@ upsert-by-name, and never overrides what the user set explicitly."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core import names
+from app.core import names, quantity
 from app.core.launchers import LauncherInfo
 from app.core.params import Params, Profile
 from app.core.podspec import Env, add_mount, add_volume, child, child_list, mount_at
@@ -16,8 +15,6 @@ Obj = dict[str, Any]
 
 # Outcome of a step: None means "in effect"; a string is why it was skipped.
 Outcome = str | None
-
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 
 
 @dataclass
@@ -100,7 +97,7 @@ def infiniband(pod: Obj, ctx: Context) -> Outcome:
 
 def shm(pod: Obj, ctx: Context) -> Outcome:
     size = ctx.annotations.get(names.ANN_SHM_SIZE, ctx.params.config.shm_size).strip()
-    if not _QUANTITY.match(size):
+    if quantity.parse(size) is None:
         ctx.warn(f"annotation {names.ANN_SHM_SIZE}={size!r} is not a quantity; using {ctx.params.config.shm_size}")
         size = ctx.params.config.shm_size
     targets = [c for c in _training(pod, ctx) if mount_at(c, names.SHM_PATH) is None]
@@ -110,9 +107,41 @@ def shm(pod: Obj, ctx: Context) -> Outcome:
         return "the pod mounts /dev/shm already"
     if ours is None:
         add_volume(_spec(pod), {"name": names.VOL_SHM, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
+    limit = _pod_memory_limit(pod)
+    wanted = quantity.parse(size) or 0
+    if limit is not None and limit < wanted:
+        # The kubelet sizes a memory-backed emptyDir to the pod's memory limit, whatever sizeLimit says.
+        ctx.warn(
+            f"/dev/shm will be capped at the pod's memory limit ({_human(limit)}), not {size}: the kubelet sizes "
+            f"memory-backed volumes to the limit. Raise the containers' memory limits or lower {names.ANN_SHM_SIZE}"
+        )
     for c in targets:
         add_mount(c, names.VOL_SHM, names.SHM_PATH)
     return None
+
+
+def _pod_memory_limit(pod: Obj) -> int | None:
+    """The pod's memory limit as the kubelet sees it: pod-level, else the sum of every
+    container's limit when all have one (one without a limit makes the pod unlimited)."""
+    spec = _spec(pod)
+    pod_level = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
+    if isinstance(pod_level, str | int):
+        return quantity.parse(str(pod_level))
+    total = 0
+    for c in spec.get("containers") or []:
+        value = ((c.get("resources") or {}).get("limits") or {}).get("memory") if isinstance(c, dict) else None
+        parsed = quantity.parse(str(value)) if isinstance(value, str | int) else None
+        if parsed is None:
+            return None
+        total += parsed
+    return total
+
+
+def _human(size: int) -> str:
+    for unit, factor in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if size >= factor:
+            return f"{size / factor:g}{unit}"
+    return str(size)
 
 
 def capabilities(pod: Obj, ctx: Context) -> Outcome:

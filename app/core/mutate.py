@@ -91,7 +91,22 @@ def _check_shape(pod: Obj) -> None:
             raise UnsupportedPod(f"container {c['name']}: capabilities add/drop are not lists")
 
 
-def _training_containers(pod: Obj, info: LauncherInfo, ann: dict[str, str], warnings: list[str]) -> list[int]:
+GPU_RESOURCE_SUFFIXES = ("/gpu",)  # nvidia.com/gpu, amd.com/gpu, ...
+
+
+def _requests_devices(container: Obj, rdma_prefixes: tuple[str, ...]) -> bool:
+    resources = container.get("resources") or {}
+    for kind in ("limits", "requests"):
+        for key in resources.get(kind) or {}:
+            key = str(key)
+            if key.endswith(GPU_RESOURCE_SUFFIXES) or key.startswith(rdma_prefixes):
+                return True
+    return False
+
+
+def _training_containers(
+    pod: Obj, info: LauncherInfo, ann: dict[str, str], warnings: list[str], rdma_prefixes: tuple[str, ...]
+) -> list[int]:
     """Which regular containers run training (init containers and sidecars never do)."""
     containers = pod["spec"]["containers"]
     by_name = {c["name"]: i for i, c in enumerate(containers)}
@@ -104,6 +119,10 @@ def _training_containers(pod: Obj, info: LauncherInfo, ann: dict[str, str], warn
         chosen = [by_name[n] for n in wanted if n in by_name]
         if chosen:
             return sorted(set(chosen))
+    # Containers that ask for accelerators or RDMA devices train; a sidecar listed first does not.
+    chosen = [i for i, c in enumerate(containers) if _requests_devices(c, rdma_prefixes)]
+    if chosen:
+        return chosen
     chosen = [i for i, c in enumerate(containers) if wrap.runs_torch_distributed(c)]
     if chosen:
         return chosen
@@ -144,7 +163,7 @@ def mutate(pod: Obj, params: Params) -> Result:
             warnings.append(f"{names.ANN_RDZV_PORT}={raw!r} is not a port; using {port}")
     info = launchers.describe(out, port)
     profile, profile_reason = profiles.select(out, params.config, warnings)
-    training = _training_containers(out, info, ann, warnings)
+    training = _training_containers(out, info, ann, warnings, params.config.rdma_resource_prefixes)
     skip = frozenset(s.strip() for s in ann.get(names.ANN_SKIP, "").split(",") if s.strip())
     unknown = sorted(skip - set(STEP_NAMES))
     if unknown:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from app.wrapper import rules
+
 DOMAIN = "hostnet-rdma.io"
 
 # Opt-in: the webhook's namespaceSelector and objectSelector both match this label.
@@ -31,20 +33,22 @@ BIN_DIR = "/hostnet-rdma"
 INFINIBAND_PATH = "/dev/infiniband"
 SHM_PATH = "/dev/shm"
 
-# Env contract between the webhook and the in-container wrapper (app/wrapper).
-ENV_PREFIX = "HOSTNET_RDMA_"
-ENV_LAUNCHER = "HOSTNET_RDMA_LAUNCHER"
-ENV_LOCAL_ADDR = "HOSTNET_RDMA_LOCAL_ADDR"
-ENV_IDENTITIES = "HOSTNET_RDMA_IDENTITIES"
-ENV_RDZV_ID = "HOSTNET_RDMA_RDZV_ID"
-ENV_RDZV_BACKEND = "HOSTNET_RDMA_RDZV_BACKEND"
-ENV_RDZV_ENDPOINT = "HOSTNET_RDMA_RDZV_ENDPOINT"
-ENV_NNODES = "HOSTNET_RDMA_NNODES"
-ENV_GLOO_IFNAME = "HOSTNET_RDMA_GLOO_SOCKET_IFNAME"
-ENV_NCCL_IFNAME = "HOSTNET_RDMA_NCCL_SOCKET_IFNAME"
-ENV_DNS_TIMEOUT = "HOSTNET_RDMA_DNS_TIMEOUT"
-ENV_MIN_TORCH = "HOSTNET_RDMA_MIN_TORCH"
-ENV_DRY_RUN = "HOSTNET_RDMA_DRY_RUN"
+# Env contract between the webhook and the in-container wrapper: defined once, in the
+# wrapper's rules module (it runs in users' images, so it cannot import the core).
+ENV_PREFIX = rules.ENV_PREFIX
+ENV_LAUNCHER = rules.ENV_LAUNCHER
+ENV_LOCAL_ADDR = rules.ENV_LOCAL_ADDR
+ENV_IDENTITIES = rules.ENV_IDENTITIES
+ENV_PEERS = rules.ENV_PEERS
+ENV_RDZV_ID = rules.ENV_RDZV_ID
+ENV_RDZV_BACKEND = rules.ENV_RDZV_BACKEND
+ENV_RDZV_ENDPOINT = rules.ENV_RDZV_ENDPOINT
+ENV_NNODES = rules.ENV_NNODES
+ENV_GLOO_IFNAME = rules.ENV_GLOO_IFNAME
+ENV_NCCL_IFNAME = rules.ENV_NCCL_IFNAME
+ENV_DNS_TIMEOUT = rules.ENV_DNS_TIMEOUT
+ENV_MIN_TORCH = rules.ENV_MIN_TORCH
+ENV_DRY_RUN = rules.ENV_DRY_RUN
 
 # Marker argv[0] of the bootstrap shell, so a second pass sees the container is wrapped.
 BOOTSTRAP_ARGV0 = "hostnet-rdma-bootstrap"

@@ -1,21 +1,24 @@
 """Put the torchrun wrapper in front of a training container's command.
 
 The container's original command runs behind a small sh bootstrap that writes the wrapper
-into an injected emptyDir and puts it first on PATH, so `torchrun` is caught wherever it is
-called: the argv itself, inside `bash -c`, or in a user script. Containers whose command is
-unknown at admission (none given: the image entrypoint runs) and `python -m
-torch.distributed.run` get torchrun's own PET_* env instead, with a warning.
+files into an injected emptyDir, puts the `torchrun` shim first on PATH and the start-up hook
+(sitecustomize) first on PYTHONPATH, so torchrun is caught however it starts: the argv itself,
+`bash -c`, a user script, an absolute path, an activated venv, a login shell, or
+`python -m torch.distributed.run`. A container with no `command` runs its image entrypoint,
+unknown at admission: it gets the complete PET_* env the launcher implies instead (torchrun
+reads it itself), with a warning. The decision is app.wrapper.rules, shared with the wrapper.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from app.core import names
 from app.core.inject import Context, Outcome
 from app.core.podspec import Env, add_mount, add_volume, child
-from app.wrapper.torchrun import is_own_endpoint
+from app.wrapper import rules
 
 Obj = dict[str, Any]
 
@@ -23,12 +26,15 @@ Obj = dict[str, Any]
 # any image with sh + python3 and a read-only root filesystem: it writes only to BIN_DIR.
 # Without python3 it runs the original command unwrapped rather than failing the pod.
 # Kubernetes rewrites `$(NAME)` and `$$` in command/args, so neither appears below.
-_INSTALL = """import base64, os, sys, zlib
+_INSTALL = """import base64, json, os, sys, zlib
 d, payload, python = sys.argv[1:4]
-script = os.path.join(d, "hostnet_rdma_torchrun.py")
-shim = "#!/bin/sh\\nexec \\"%s\\" \\"%s\\" \\"$@\\"\\n" % (python, script)
-for name, data, mode in ((script, zlib.decompress(base64.b64decode(payload)), 0o644),
-                         (os.path.join(d, "torchrun"), shim.encode(), 0o755)):
+py = os.path.join(d, "py")
+os.makedirs(py, exist_ok=True)
+files = [(os.path.join(py, n), t.encode(), 0o644)
+         for n, t in json.loads(zlib.decompress(base64.b64decode(payload))).items()]
+shim = "#!/bin/sh\\nexec \\"%s\\" \\"%s\\" \\"$@\\"\\n" % (python, os.path.join(py, "hostnet_rdma_torchrun.py"))
+files.append((os.path.join(d, "torchrun"), shim.encode(), 0o755))
+for name, data, mode in files:
     tmp = "%s.%d" % (name, os.getpid())
     with open(tmp, "wb") as f:
         f.write(data)
@@ -40,7 +46,7 @@ BOOTSTRAP = (
     'w="$1"; shift\n'
     'p="`command -v python3 || command -v python`"\n'
     'if [ -n "$p" ] && "$p" -c \'' + _INSTALL + '\' "$d" "$w" "$p"; then\n'
-    '  PATH="$d:$PATH"; export PATH\n'
+    '  PATH="$d:$PATH"; PYTHONPATH="$d/py${PYTHONPATH:+:$PYTHONPATH}"; export PATH PYTHONPATH\n'
     "else\n"
     '  echo "hostnet-rdma: could not install the torchrun wrapper (no python3?); running without it" >&2\n'
     "fi\n"
@@ -69,22 +75,100 @@ def runs_torch_distributed(container: Obj) -> bool:
     return bool(_TORCHRUN.search(argv) or _MODULE_RUN.search(argv))
 
 
-def _static(value: str) -> bool:
-    return bool(value) and "${" not in value
+_SHELLS = ("sh", "bash", "dash", "zsh", "ash", "ksh")
+_SHELL_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;"}
+_DOLLAR_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _pet_fallback(env: Env, ctx: Context, identities: tuple[str, ...]) -> None:
-    info = ctx.info
-    env.set_default("PET_LOCAL_ADDR", info.advertised_address)
-    if _static(info.rdzv_id):
-        env.set_default("PET_RDZV_ID", info.rdzv_id)
-    endpoint_env = env.get("PET_RDZV_ENDPOINT")
-    endpoint = str(endpoint_env.get("value") or "") if endpoint_env else info.rdzv_endpoint
-    backend_env = env.get("PET_RDZV_BACKEND")
-    backend = str(backend_env.get("value") or "") if backend_env else info.rdzv_backend
-    if backend == "c10d" and _static(endpoint):
-        is_host = "true" if is_own_endpoint(endpoint, identities) else "false"
-        env.set_default("PET_RDZV_CONF", f"is_host={is_host}")
+def _tokens(argv: list[str]) -> list[str]:
+    """The container's command as words, a `sh -c STRING` split as the shell would (best effort)."""
+    if len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in _SHELLS and argv[1].startswith("-") and "c" in argv[1]:
+        lexer = shlex.shlex(argv[2], posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        return list(lexer)
+    return argv
+
+
+def torchrun_args(container: Obj) -> list[str] | None:
+    """torchrun's own arguments as far as admission can read them (None if not found)."""
+    try:
+        words = _tokens(original_argv(container))
+    except ValueError:  # unbalanced quotes: the shell will complain, not us
+        return None
+    for i, word in enumerate(words):
+        start = None
+        if word.rsplit("/", 1)[-1] == "torchrun":
+            start = i + 1
+        elif (
+            word == "-m"
+            and i + 1 < len(words)
+            and words[i + 1] in ("torch.distributed.run", "torch.distributed.launch")
+        ):
+            start = i + 2
+        if start is not None:
+            rest = words[start:]
+            end = next((j for j, w in enumerate(rest) if w in _SHELL_OPERATORS), len(rest))
+            return rest[:end]
+    return None
+
+
+def _literal_env(c: Obj) -> dict[str, str]:
+    return {
+        str(e["name"]): str(e["value"])
+        for e in c.get("env") or []
+        if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str)
+    }
+
+
+def _declared(c: Obj) -> set[str]:
+    return {str(e["name"]) for e in c.get("env") or [] if isinstance(e, dict) and isinstance(e.get("name"), str)}
+
+
+def _endpoint_check(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
+    """Warn at admission, as the wrapper will at run time, about an endpoint nobody can host."""
+    args = torchrun_args(c)
+    env = {**_literal_env(c), **owned}
+    try:
+        _, plan = rules.merge(["<script>"] if args is None else args, env)
+    except rules.ArgvError:
+        return
+    if plan.endpoint_problem and "$" not in plan.endpoint:
+        ctx.warn(f"{c.get('name')}: {plan.endpoint_problem}")
+
+
+def _pet_fallback(c: Obj, env: Env, ctx: Context, owned: dict[str, str]) -> None:
+    """For a container whose torchrun nothing can intercept: PET_* env for everything the
+    wrapper would have added, so torchrun reaches the same decision by itself."""
+    pets, plan = rules.pet_fallback(None, {**_literal_env(c), **owned})
+    declared = _declared(c)
+    cannot: list[str] = []
+    for option, template in plan.unexpanded.items():
+        # A value known only at run time: Kubernetes expands $(VAR) from env declared before it.
+        wanted = _DOLLAR_VAR.findall(template)
+        if "+" not in template and wanted and all(v in declared for v in wanted):
+            pets[rules.pet_name(option)] = _DOLLAR_VAR.sub(r"$(\1)", template)
+        else:
+            cannot.append(option)
+    if plan.backend == "c10d" and plan.is_host is None and "--rdzv-endpoint" in plan.unexpanded:
+        cannot.append("is_host (--rdzv-conf)")
+    for key, value in pets.items():
+        existing = env.get(key)
+        if existing is not None and "value" in existing and key in ("PET_RDZV_CONF", "PET_RDZV_ID"):
+            # The rule read the user's literal value and extended it (their conf keys plus
+            # is_host; a unique id for `none`), exactly as the wrapper does on the command line.
+            existing["value"] = value
+        else:
+            env.set_default(key, value)
+    text = (
+        f"{c.get('name')}: no command (its image entrypoint runs, unknown at admission), so torchrun is not "
+        f"wrapped; it gets {', '.join(sorted(pets)) or 'no PET_* env'} instead"
+    )
+    if cannot:
+        text += f"; cannot set {', '.join(cannot)} (known only at run time): pass them on torchrun's command line"
+    text += "; no preflight checks and no GLOO_SOCKET_IFNAME pinning. Give the container a command to be wrapped"
+    ctx.warn(text)
+    if plan.endpoint_problem:
+        ctx.warn(f"{c.get('name')}: {plan.endpoint_problem}")
 
 
 def wrap(pod: Obj, ctx: Context) -> Outcome:
@@ -105,6 +189,7 @@ def wrap(pod: Obj, ctx: Context) -> Outcome:
         names.ENV_LAUNCHER: info.launcher,
         names.ENV_LOCAL_ADDR: info.advertised_address,
         names.ENV_IDENTITIES: ",".join(identities),
+        names.ENV_PEERS: ",".join(info.peers),
         names.ENV_RDZV_ID: info.rdzv_id,
         names.ENV_RDZV_BACKEND: info.rdzv_backend,
         names.ENV_RDZV_ENDPOINT: info.rdzv_endpoint,
@@ -114,27 +199,18 @@ def wrap(pod: Obj, ctx: Context) -> Outcome:
         names.ENV_DNS_TIMEOUT: str(cfg.dns_timeout_seconds),
         names.ENV_MIN_TORCH: cfg.min_torch,
     }
+    owned = {k: v for k, v in owned.items() if v}
     containers = child(pod, "spec").get("containers") or []
     wrapped_any = False
     for index in ctx.training:
         c = containers[index]
         env = Env(c)
         for key, value in owned.items():
-            if value:
-                env.set_owned(key, value)
-        argv = original_argv(c)
-        cname = c.get("name")
+            env.set_owned(key, value)
         if not c.get("command") and not is_wrapped(c):
-            ctx.warn(
-                f"{cname}: no command (image entrypoint unknown at admission); torchrun settings passed as PET_* env"
-            )
-            _pet_fallback(env, ctx, identities)
+            _pet_fallback(c, env, ctx, owned)
             continue
-        if _MODULE_RUN.search(" ".join(argv)):
-            ctx.warn(
-                f"{cname}: python -m torch.distributed.run bypasses the wrapper; torchrun settings passed as PET_* env"
-            )
-            _pet_fallback(env, ctx, identities)
+        _endpoint_check(c, ctx, owned)
         rest = c["command"][5:] if is_wrapped(c) else list(c["command"])
         c["command"] = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, ctx.params.wrapper_payload, *rest]
         add_mount(c, names.VOL_BIN, names.BIN_DIR)

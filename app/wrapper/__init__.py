@@ -1,20 +1,33 @@
-"""The in-container torchrun wrapper (stdlib only) and how the webhook ships it."""
+"""The in-container torchrun wrapper (stdlib only) and how the webhook ships it.
+
+Three files travel in every mutated pod and are installed by the bootstrap into the injected
+emptyDir: the rules (rules.py), the wrapper (torchrun.py) and the start-up hook
+(sitecustomize.py), under the flat names the pod imports them by.
+"""
 
 from __future__ import annotations
 
 import ast
 import base64
 import functools
+import json
 import zlib
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("torchrun.py")
+HERE = Path(__file__).parent
+SOURCE = HERE / "torchrun.py"
+# name in the pod -> source file here
+FILES = {
+    "hostnet_rdma_rules.py": HERE / "rules.py",
+    "hostnet_rdma_torchrun.py": SOURCE,
+    "sitecustomize.py": HERE / "sitecustomize.py",
+}
 
 
-def minified_source() -> str:
-    """The wrapper without comments and docstrings: it travels inside every mutated pod spec
-    (and every patch), so bytes cost API-server time and etcd space. Same code, same AST."""
-    tree = ast.parse(SOURCE.read_text())
+def minify(source: str) -> str:
+    """Source without comments and docstrings: it travels inside every mutated pod spec (and
+    every patch), so bytes cost API-server time and etcd space. Same code, same AST."""
+    tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             body = node.body
@@ -28,7 +41,14 @@ def minified_source() -> str:
     return ast.unparse(tree) + "\n"
 
 
+def minified_source() -> str:
+    """The wrapper module, minified (kept for tests and tools that look at one file)."""
+    return minify(SOURCE.read_text())
+
+
 @functools.lru_cache(maxsize=1)
 def payload() -> str:
-    """The wrapper source, minified, zlib-compressed and base64-encoded, as the bootstrap expects it."""
-    return base64.b64encode(zlib.compress(minified_source().encode(), 9)).decode("ascii")
+    """The three files, minified, as JSON, zlib-compressed and base64-encoded: what the
+    bootstrap expects."""
+    files = {name: minify(path.read_text()) for name, path in FILES.items()}
+    return base64.b64encode(zlib.compress(json.dumps(files, sort_keys=True).encode(), 9)).decode("ascii")

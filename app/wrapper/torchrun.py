@@ -5,11 +5,10 @@ It sees the final, shell-expanded argv, merges in what a host-network pod needs 
 torchrun's rendezvous, checks what would otherwise hang for ten minutes, and execs the
 real torchrun. User-given values always win.
 
-Rules (backend c10d): --local-addr := this pod's DNS name; is_host := the endpoint's host
-is one of this pod's own DNS names (never the node's name); --rdzv-id := unique job id when
-absent or `none`; endpoint/backend/nnodes := launcher defaults only when the user gave none.
-etcd / etcd-v2: the same without is_host. static: argv untouched.
-Inputs come from HOSTNET_RDMA_* env set by the admission webhook (see README).
+The decision is made in rules.py (shared with the webhook); this module does the I/O around it:
+DNS waits, interface lookup, version checks, logging, exec. Two entries: main() behind the PATH
+shim, intercept() from the Python start-up hook (sitecustomize.py) for a torchrun started any
+other way. Inputs come from HOSTNET_RDMA_* env set by the admission webhook (see README).
 """
 
 from __future__ import annotations
@@ -24,247 +23,27 @@ import sys
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+try:
+    import hostnet_rdma_rules as rules  # type: ignore[import-not-found,unused-ignore]  # in a pod: beside this file
+except ImportError:  # in the repository and the webhook image
+    from app.wrapper import rules  # type: ignore[no-redef,unused-ignore]
+
+# Re-exported: the rendezvous rule itself lives in rules.py (shared with the webhook core).
+ArgvError = rules.ArgvError
+Plan = rules.Plan
+merge = rules.merge
+endpoint_host = rules.endpoint_host
+is_own_endpoint = rules.is_own_endpoint
+expand = rules.expand
+expand_sum = rules.expand_sum
+
 PREFIX = "hostnet-rdma"
 README_TROUBLESHOOTING = "https://github.com/hostnet-rdma/hostnet-rdma#troubleshooting"
-
-# torchrun options that take no value (torch/distributed/run.py); every other option does.
-FLAG_OPTIONS = {"--standalone", "-m", "--module", "--no-python", "--run-path", "--virtual-local-rank", "-h", "--help"}
-
-ETCD_BACKENDS = ("etcd", "etcd-v2")
+ETCD_BACKENDS = rules.ETCD_BACKENDS
 
 
 class PreflightError(Exception):
     """A condition that would make torchrun fail slowly; the message says what to do."""
-
-
-# ---------------------------------------------------------------------------- argv
-
-
-def canonical(option: str) -> str:
-    """`--rdzv_conf` and `--rdzv-conf` are the same torchrun option."""
-    if option.startswith("--"):
-        return "--" + option[2:].replace("_", "-")
-    return option
-
-
-class Argv:
-    """torchrun's own options (before the training script) with their positions."""
-
-    def __init__(self, args: Sequence[str]) -> None:
-        self.args = list(args)
-        self.inserted = 0
-        # canonical option -> (index of the option token, inline value or None)
-        self.options: Dict[str, Tuple[int, Optional[str]]] = {}
-        i = 0
-        while i < len(self.args):
-            tok = self.args[i]
-            if tok == "--" or not tok.startswith("-") or tok == "-":
-                break
-            key, eq, inline = tok.partition("=")
-            key = canonical(key)
-            if eq:
-                self.options[key] = (i, inline)
-                i += 1
-            elif key in FLAG_OPTIONS:
-                self.options[key] = (i, None)
-                i += 1
-            else:
-                self.options[key] = (i, None)
-                i += 2
-
-    def get(self, option: str) -> Optional[str]:
-        found = self.options.get(option)
-        if found is None:
-            return None
-        index, inline = found
-        if inline is not None:
-            return inline
-        if option in FLAG_OPTIONS:
-            return "1"
-        return self.args[index + 1] if index + 1 < len(self.args) else None
-
-    def has(self, option: str) -> bool:
-        return option in self.options
-
-    def replace(self, option: str, value: str) -> None:
-        index, inline = self.options[option]
-        if inline is not None or index + 1 >= len(self.args):
-            spelled = self.args[index].partition("=")[0]  # keep the user's --rdzv_conf spelling
-            self.args[index] = f"{spelled}={value}"
-        else:
-            self.args[index + 1] = value
-
-    def prepend(self, option: str, value: str) -> None:
-        # Options go first: torchrun accepts them in any order before the script, and the
-        # script's own arguments after it are never touched.
-        at = self.inserted
-        self.args.insert(at, f"{option}={value}")
-        self.inserted += 1
-        self.options = {k: (i + 1 if i >= at else i, v) for k, (i, v) in self.options.items()}
-        self.options[option] = (at, value)
-
-
-def effective(argv: Argv, env: Mapping[str, str], option: str) -> Tuple[Optional[str], str]:
-    """The value torchrun will use for an option and where it comes from: cli, env or none.
-
-    torchrun reads PET_<DEST> for every option; a CLI flag overrides it.
-    """
-    value = argv.get(option)
-    if value is not None:
-        return value, "cli"
-    pet = "PET_" + option.lstrip("-").replace("-", "_").upper()
-    if env.get(pet):
-        return env[pet], "env"
-    return None, "none"
-
-
-def parse_conf(conf: str) -> List[Tuple[str, str]]:
-    pairs: List[Tuple[str, str]] = []
-    for part in conf.split(","):
-        if not part.strip():
-            continue
-        key, _, value = part.partition("=")
-        pairs.append((key.strip(), value.strip()))
-    return pairs
-
-
-def endpoint_host(endpoint: str) -> str:
-    """The host part of HOST[:PORT], with [v6] brackets removed, lower-cased, no final dot."""
-    endpoint = endpoint.strip()
-    if endpoint.startswith("["):
-        host = endpoint[1:].split("]", 1)[0]
-    elif endpoint.count(":") == 1:
-        host = endpoint.split(":", 1)[0]
-    else:
-        host = endpoint
-    return host.lower().rstrip(".")
-
-
-def is_own_endpoint(endpoint: str, identities: Sequence[str]) -> bool:
-    """True iff the endpoint names this pod by one of its DNS names.
-
-    Never by IP: two pods of one job can share a node, hence an address.
-    """
-    host = endpoint_host(endpoint)
-    return bool(host) and host in {i.lower().rstrip(".") for i in identities if i}
-
-
-def is_loopback(host: str) -> bool:
-    return host in ("localhost", "localhost.localdomain", "::1") or host.startswith("127.")
-
-
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def expand(template: str, env: Mapping[str, str]) -> Optional[str]:
-    """Expand ${VAR} from env; None when a referenced variable is unset or empty."""
-    missing = [m for m in _VAR.findall(template) if not env.get(m)]
-    if missing:
-        return None
-    return _VAR.sub(lambda m: env[m.group(1)], template)
-
-
-def expand_sum(template: str, env: Mapping[str, str]) -> Optional[str]:
-    """`${VC_MASTER_NUM}+${VC_WORKER_NUM}` -> "3"; a plain value passes through."""
-    expanded = expand(template, env)
-    if expanded is None or "+" not in expanded:
-        return expanded
-    try:
-        return str(sum(int(term) for term in expanded.split("+")))
-    except ValueError:
-        return None
-
-
-class Plan:
-    def __init__(self) -> None:
-        self.backend = "static"
-        self.endpoint = ""
-        self.local_addr = ""
-        self.rdzv_id = ""
-        self.is_host: Optional[str] = None
-        self.nnodes = ""
-        self.notes: List[str] = []
-
-
-def merge(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], Plan]:
-    """torchrun's argv after the wrapper's rules; pure (env in, argv out)."""
-    argv = Argv(args)
-    plan = Plan()
-    if argv.has("--help") or argv.has("-h") or argv.has("--standalone") or env.get("PET_STANDALONE"):
-        plan.backend = "standalone" if not argv.has("--help") else "help"
-        return argv.args, plan
-
-    backend, source = effective(argv, env, "--rdzv-backend")
-    if backend is None:
-        static_hint = any(effective(argv, env, o)[0] is not None for o in ("--master-addr", "--node-rank"))
-        default = env.get("HOSTNET_RDMA_RDZV_BACKEND", "")
-        if default and not static_hint:
-            backend = default
-            argv.prepend("--rdzv-backend", default)
-        else:
-            backend = "static"
-    plan.backend = backend
-    if backend == "static":
-        plan.endpoint = effective(argv, env, "--master-addr")[0] or ""
-        return argv.args, plan
-
-    endpoint, source = effective(argv, env, "--rdzv-endpoint")
-    if endpoint is None and env.get("HOSTNET_RDMA_RDZV_ENDPOINT"):
-        endpoint = expand(env["HOSTNET_RDMA_RDZV_ENDPOINT"], env)
-        if endpoint:
-            argv.prepend("--rdzv-endpoint", endpoint)
-        else:
-            plan.notes.append(
-                "default rendezvous endpoint needs env that is not set: " + env["HOSTNET_RDMA_RDZV_ENDPOINT"]
-            )
-    plan.endpoint = endpoint or ""
-
-    nnodes, _ = effective(argv, env, "--nnodes")
-    if nnodes is None and env.get("HOSTNET_RDMA_NNODES"):
-        nnodes = expand_sum(env["HOSTNET_RDMA_NNODES"], env)
-        if nnodes:
-            argv.prepend("--nnodes", nnodes)
-        else:
-            plan.notes.append("default --nnodes needs env that is not set: " + env["HOSTNET_RDMA_NNODES"])
-    plan.nnodes = nnodes or "1"
-
-    rdzv_id, source = effective(argv, env, "--rdzv-id")
-    wanted_id = env.get("HOSTNET_RDMA_RDZV_ID", "")
-    if (rdzv_id is None or rdzv_id.strip().lower() == "none") and wanted_id:
-        if source == "cli":
-            argv.replace("--rdzv-id", wanted_id)
-        else:
-            argv.prepend("--rdzv-id", wanted_id)
-        rdzv_id = wanted_id
-    plan.rdzv_id = rdzv_id or "none"
-
-    local_addr, _ = effective(argv, env, "--local-addr")
-    if local_addr is None and env.get("HOSTNET_RDMA_LOCAL_ADDR"):
-        local_addr = env["HOSTNET_RDMA_LOCAL_ADDR"]
-        argv.prepend("--local-addr", local_addr)
-    plan.local_addr = local_addr or ""
-
-    if backend == "c10d":
-        conf, source = effective(argv, env, "--rdzv-conf")
-        pairs = parse_conf(conf or "")
-        given = [v for k, v in pairs if k == "is_host"]
-        if given:
-            plan.is_host = given[-1]
-        elif plan.endpoint and is_loopback(endpoint_host(plan.endpoint)):
-            # A single-node job on localhost: torchrun already hosts the store itself.
-            plan.notes.append("loopback rendezvous endpoint: is_host left to torchrun")
-        elif plan.endpoint:
-            identities = [i for i in env.get("HOSTNET_RDMA_IDENTITIES", "").split(",") if i]
-            plan.is_host = "true" if is_own_endpoint(plan.endpoint, identities) else "false"
-            merged = ",".join(f"{k}={v}" for k, v in [*pairs, ("is_host", plan.is_host)])
-            if source == "cli":
-                argv.replace("--rdzv-conf", merged)
-            else:
-                # A CLI --rdzv-conf replaces PET_RDZV_CONF wholesale, so carry its keys over.
-                argv.prepend("--rdzv-conf", merged)
-        else:
-            plan.notes.append("no rendezvous endpoint: is_host not set")
-    return argv.args, plan
 
 
 # ---------------------------------------------------------------------------- network
@@ -412,10 +191,10 @@ def check_torch_version(version: str, minimum: str) -> None:
         )
 
 
-def preflight(plan: Plan, env: Mapping[str, str], interpreter: Optional[str]) -> None:
+def preflight(plan: rules.Plan, env: Mapping[str, str], interpreter: Optional[str]) -> None:
     code, out = run_in(interpreter, "import importlib.metadata as m; print(m.version('torch'))")
     if code == 0 and out:
-        check_torch_version(out.splitlines()[-1], env.get("HOSTNET_RDMA_MIN_TORCH", "2.5"))
+        check_torch_version(out.splitlines()[-1], env.get(rules.ENV_MIN_TORCH, "2.5"))
     if plan.backend in ETCD_BACKENDS:
         code, out = run_in(interpreter, "import etcd")
         if code != 0:
@@ -423,7 +202,7 @@ def preflight(plan: Plan, env: Mapping[str, str], interpreter: Optional[str]) ->
                 f"rendezvous backend {plan.backend} needs the `etcd` module (python-etcd), which "
                 "this image lacks. Install it first: `pip install python-etcd==0.4.5`. See " + README_TROUBLESHOOTING
             )
-    timeout = float(env.get("HOSTNET_RDMA_DNS_TIMEOUT", "300") or 300)
+    timeout = float(env.get(rules.ENV_DNS_TIMEOUT, "300") or 300)
     if plan.local_addr:
         wait_resolvable(plan.local_addr, timeout, "this pod's DNS name (--local-addr)")
     host = endpoint_host(plan.endpoint) if plan.endpoint else ""
@@ -435,18 +214,18 @@ def truthy(value: Optional[str]) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def socket_ifnames(plan: Plan, env: Mapping[str, str]) -> Tuple[Dict[str, str], List[str]]:
+def socket_ifnames(plan: rules.Plan, env: Mapping[str, str]) -> Tuple[Dict[str, str], List[str]]:
     """GLOO_SOCKET_IFNAME (and optionally NCCL_SOCKET_IFNAME) for the pod's own address.
 
     Gloo binds to the address of the node's host name otherwise, 127.0.1.1 on common
     images, and every cross-node connect is refused.
     """
     wanted = []
-    if truthy(env.get("HOSTNET_RDMA_GLOO_SOCKET_IFNAME", "1")) and not env.get("GLOO_SOCKET_IFNAME"):
+    if truthy(env.get(rules.ENV_GLOO_IFNAME, "1")) and not env.get("GLOO_SOCKET_IFNAME"):
         wanted.append("GLOO_SOCKET_IFNAME")
-    if truthy(env.get("HOSTNET_RDMA_NCCL_SOCKET_IFNAME", "0")) and not env.get("NCCL_SOCKET_IFNAME"):
+    if truthy(env.get(rules.ENV_NCCL_IFNAME, "0")) and not env.get("NCCL_SOCKET_IFNAME"):
         wanted.append("NCCL_SOCKET_IFNAME")
-    name = plan.local_addr or env.get("HOSTNET_RDMA_LOCAL_ADDR", "")
+    name = plan.local_addr or env.get(rules.ENV_LOCAL_ADDR, "")
     if not wanted or not name:
         return {}, []
     ifname, detail = interface_for(name)
@@ -463,22 +242,31 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
-def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
-    env = dict(os.environ if env is None else env)
-    new_args, plan = merge(args, env)
+def plan_for(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], rules.Plan, Dict[str, str], List[str]]:
+    """The final argv, the decision, extra env (GLOO_SOCKET_IFNAME) and the notes to log."""
+    try:
+        new_args, plan = merge(args, env)
+    except ArgvError as e:
+        plan = rules.Plan()
+        plan.backend = "unparsed"
+        plan.notes.append(f"torchrun arguments not understood ({e}); passed through unchanged")
+        return list(args), plan, {}, plan.notes
     extra_env, notes = socket_ifnames(plan, env)
-    notes = plan.notes + notes
-    summary = (
-        f"launcher={env.get('HOSTNET_RDMA_LAUNCHER', 'unknown')} backend={plan.backend} "
-        f"is_host={plan.is_host if plan.is_host is not None else '-'} "
-        f"local_addr={plan.local_addr or '-'} endpoint={plan.endpoint or '-'} "
-        f"rdzv_id={plan.rdzv_id or '-'} nnodes={plan.nnodes or '-'} "
-        f"gloo_socket_ifname={extra_env.get('GLOO_SOCKET_IFNAME', env.get('GLOO_SOCKET_IFNAME', '-'))}"
-    )
-    if truthy(env.get("HOSTNET_RDMA_DRY_RUN")):
-        log(summary)
-        for note in notes:
-            log(note)
+    return new_args, plan, extra_env, plan.notes + notes
+
+
+def _report(plan: rules.Plan, env: Mapping[str, str], extra_env: Dict[str, str], notes: List[str]) -> None:
+    log(rules.summary(plan, env, extra_env.get("GLOO_SOCKET_IFNAME", env.get("GLOO_SOCKET_IFNAME", "-"))))
+    for note in notes:
+        log(f"warning: {note}")
+
+
+def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
+    """The PATH shim's entry: decide, check, then exec the real torchrun."""
+    env = dict(os.environ if env is None else env)
+    new_args, plan, extra_env, notes = plan_for(args, env)
+    if truthy(env.get(rules.ENV_DRY_RUN)):
+        _report(plan, env, extra_env, notes)
         sys.stdout.write(json.dumps(["torchrun", *new_args]) + "\n")
         sys.stdout.flush()
         return 0
@@ -487,17 +275,41 @@ def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
         log("the real torchrun is not on PATH after the wrapper; is torch installed in this image?")
         return 127
     try:
-        if plan.backend not in ("help", "standalone"):
+        if plan.backend not in ("help", "standalone", "unparsed"):
             preflight(plan, env, interpreter_of(real))
     except PreflightError as e:
         log(f"error: {e}")
         return 1
-    log(summary)
-    for note in notes:
-        log(note)
+    _report(plan, env, extra_env, notes)
     env.update(extra_env)
+    # execve keeps the pid: the start-up hook in the real torchrun sees it is already handled.
+    env[rules.ENV_HANDLED] = str(os.getpid())
     os.execve(real, [real, *new_args], env)
     return 0  # pragma: no cover  (execve does not return)
+
+
+def intercept(argv: List[str]) -> None:
+    """The start-up hook's entry, inside a torchrun process however it was started (absolute
+    path, another PATH, a login shell, `python -m torch.distributed.run`): rewrite its argv in
+    place before torchrun parses it. Exits the process on a preflight failure or a dry run."""
+    env = os.environ
+    new_args, plan, extra_env, notes = plan_for(argv[1:], env)
+    if truthy(env.get(rules.ENV_DRY_RUN)):
+        _report(plan, env, extra_env, notes)
+        sys.stdout.write(json.dumps(["torchrun", *new_args]) + "\n")
+        sys.stdout.flush()
+        os._exit(0)
+    try:
+        if plan.backend not in ("help", "standalone", "unparsed"):
+            preflight(plan, env, sys.executable)
+    except PreflightError as e:
+        log(f"error: {e}")
+        sys.stderr.flush()
+        os._exit(1)
+    _report(plan, env, extra_env, notes)
+    os.environ.update(extra_env)
+    env[rules.ENV_HANDLED] = str(os.getpid())
+    argv[1:] = new_args
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ class LauncherInfo:
     nnodes: str = ""
     # The container the launcher runs training in, when it names one.
     designated_container: str = ""
+    # Glob patterns of the host names of the job's pods (`job-*`): an endpoint matching none
+    # names no pod, so nobody would host the store (reported at admission and run time).
+    peers: tuple[str, ...] = ()
 
     def identities(self, namespace: str, cluster_domain: str) -> tuple[str, ...]:
         """Every DNS name an endpoint may use for this pod (never the node's name or IP)."""

@@ -9,6 +9,11 @@ CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 STS_POD_NAME = "statefulset.kubernetes.io/pod-name"
 
 
+def _peers(job: str) -> tuple[str, ...]:
+    """Indexed Job pods are `<job>-<index>`, StatefulSet pods `<sts>-<ordinal>`."""
+    return (f"{job}-*",) if job else ()
+
+
 class IndexedJob:
     name = "job"
 
@@ -19,13 +24,15 @@ class IndexedJob:
         lab = pod_labels(pod)
         ref = owner(pod, "batch", "Job") or {}
         hostname, subdomain = hostname_and_subdomain(pod)
+        job = str(ref.get("name") or lab.get("batch.kubernetes.io/job-name") or "")
         return LauncherInfo(
             launcher=self.name,
-            job=str(ref.get("name") or lab.get("batch.kubernetes.io/job-name") or ""),
+            job=job,
             hostname=hostname,
             subdomain=subdomain,
             advertised_address=f"{hostname}.{subdomain}" if hostname and subdomain else "",
             rdzv_id=lab.get(CONTROLLER_UID) or str(ref.get("uid") or ""),
+            peers=_peers(job),
         )
 
 
@@ -46,6 +53,7 @@ class StatefulSet:
             subdomain=subdomain,
             advertised_address=f"{hostname}.{subdomain}" if hostname and subdomain else "",
             rdzv_id=str(ref.get("uid") or ""),
+            peers=_peers(str(ref.get("name") or "")),
         )
 
 

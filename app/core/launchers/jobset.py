@@ -3,7 +3,8 @@
 Pods come from Indexed Jobs with generateName, so `metadata.name` is EMPTY at admission:
 the identity is `spec.hostname` (`<js>-<rjob>-<j>-<i>`) under `spec.subdomain`.
 Trainer v2 uses torchrun's static rendezvous (PET_MASTER_ADDR + PET_NODE_RANK): with DNS
-right it needs nothing else, so its adapter sets no rendezvous defaults.
+right it needs nothing else, so its adapter sets no rendezvous defaults. A plain JobSet gets
+the conventional c10d store `<js>-<rjob>-0-0.<subdomain>` when the user names none.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from app.core.launchers.base import (
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
+REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 
 
 def _jobset(pod: Pod) -> tuple[str, str]:
@@ -29,7 +31,7 @@ def _jobset(pod: Pod) -> tuple[str, str]:
     )
 
 
-def _info(launcher: str, pod: Pod, designated: str = "") -> LauncherInfo:
+def _info(launcher: str, pod: Pod, designated: str = "", endpoint: str = "") -> LauncherInfo:
     js, uid = _jobset(pod)
     hostname, subdomain = hostname_and_subdomain(pod)
     subdomain = subdomain or js
@@ -39,8 +41,11 @@ def _info(launcher: str, pod: Pod, designated: str = "") -> LauncherInfo:
         hostname=hostname,
         subdomain=subdomain,
         advertised_address=f"{hostname}.{subdomain}" if hostname else "",
+        rdzv_endpoint=endpoint,
+        rdzv_backend="c10d" if endpoint else "",
         rdzv_id=uid,
         designated_container=designated,
+        peers=(f"{js}-*",) if js else (),
     )
 
 
@@ -68,4 +73,11 @@ class JobSet:
         return bool(_jobset(pod)[0])
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
-        return _info(self.name, pod)
+        # The conventional store: pod 0 of job 0 of this pod's replicated job (a pod cannot see
+        # the JobSet's other replicated jobs; users with several pass --rdzv-endpoint).
+        js = _jobset(pod)[0]
+        lab, ann = pod_labels(pod), pod_annotations(pod)
+        rjob = lab.get(REPLICATED_JOB) or ann.get(REPLICATED_JOB) or ""
+        subdomain = hostname_and_subdomain(pod)[1] or js
+        endpoint = f"{js}-{rjob}-0-0.{subdomain}:{rdzv_port}" if js and rjob else ""
+        return _info(self.name, pod, endpoint=endpoint)

@@ -2,6 +2,9 @@
 
 LWS's own pod webhook adds LWS_LEADER_ADDRESS / LWS_GROUP_SIZE env and the group-key label,
 possibly after ours (we are re-invoked then), so defaults refer to that env at run time.
+The rendezvous id is the group key, sha1(namespace/leader name): an LWS deleted and created
+again reuses it. Leader and workers share no per-incarnation value at admission (their owners
+differ, and pods have no UID yet), which matters only for etcd backends (c10d keeps no state).
 """
 
 from __future__ import annotations
@@ -36,4 +39,5 @@ class LeaderWorkerSet:
             rdzv_backend="c10d",
             rdzv_id=lab.get(GROUP_KEY) or (f"{lws}-{group}" if group else ""),
             nnodes="${LWS_GROUP_SIZE}",
+            peers=(f"{lws}-*",),
         )

@@ -38,4 +38,5 @@ class PyTorchJob:
             # Endpoint, backend and nnodes arrive as PET_* env from the operator.
             rdzv_id=str(ref.get("uid") or job),
             designated_container="pytorch",
+            peers=(f"{job}-*",) if job else (),
         )

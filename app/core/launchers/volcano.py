@@ -12,6 +12,7 @@ import re
 from app.core.launchers.base import (
     LauncherInfo,
     Pod,
+    env_literal,
     env_names,
     hostname_and_subdomain,
     name,
@@ -44,10 +45,20 @@ class Volcano:
         envs = env_names(pod)
         # Tasks are the VC_<TASK>_NUM/_HOSTS pairs the svc plugin declared.
         tasks = sorted(m.group(1) for e in envs if (m := _NUM_ENV.match(e)) and f"VC_{m.group(1)}_HOSTS" in envs)
-        # The store lives on master-0 when the job has a `master` task, else on index 0 of
-        # this pod's own task (DESIGN: rendezvous rule for Volcano).
-        store_task = "master" if "MASTER" in tasks else task
-        endpoint = f"{job}-{store_task}-0.{job}:{rdzv_port}" if job and store_task else ""
+        master_addr = env_literal(pod, "MASTER_ADDR")
+        world_size = env_literal(pod, "WORLD_SIZE")
+        if master_addr and world_size:
+            # The pytorch plugin: it names the store's task (--master=<task>), its port, and
+            # counts only its master and worker tasks (not a tensorboard task, say).
+            port = env_literal(pod, "MASTER_PORT") or str(rdzv_port)
+            endpoint, nnodes = f"{master_addr}:{port}", world_size
+        else:
+            # The store lives on master-0 when the job has a `master` task, else on index 0 of
+            # this pod's own task; every training task counts (master+worker when present).
+            store_task = "master" if "MASTER" in tasks else task
+            endpoint = f"{job}-{store_task}-0.{job}:{rdzv_port}" if job and store_task else ""
+            counted = [t for t in tasks if t in ("MASTER", "WORKER")] or tasks
+            nnodes = "+".join(f"${{VC_{t}_NUM}}" for t in counted)
         return LauncherInfo(
             launcher=self.name,
             job=job,
@@ -57,5 +68,6 @@ class Volcano:
             rdzv_endpoint=endpoint,
             rdzv_backend="c10d",
             rdzv_id=ann.get(GROUP_NAME) or str(ref.get("uid") or ""),
-            nnodes="+".join(f"${{VC_{t}_NUM}}" for t in tasks),
+            nnodes=nnodes,
+            peers=(f"{job}-*",) if job else (),
         )

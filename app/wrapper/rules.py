@@ -1,0 +1,429 @@
+"""The rendezvous rule, in one place: pure, standard library only, Python 3.8+.
+
+Used by the webhook at admission (app.core.wrap: what to tell a torchrun that nothing can
+intercept, and what to warn about) and by the in-container wrapper at run time (which argv
+torchrun gets), so the two can never disagree. No I/O: argv and env in, a decision out.
+
+Rules (backend c10d): --local-addr := this pod's DNS name; is_host := the endpoint's host is
+one of this pod's own DNS names (never the node's name or IP); --rdzv-id := unique job id when
+absent or `none`; endpoint/backend/nnodes := launcher defaults only when the user gave none.
+An endpoint given as an IP address is left to torchrun (it matches the node's addresses); an
+endpoint that names no pod of the job cannot be recognised by anyone, and is reported.
+etcd / etcd-v2: the same without is_host. static (--master-addr / --node-rank): untouched.
+A CLI flag always wins over its PET_* variable, as in torchrun itself.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import re
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+# ---------------------------------------------------------------------------- contract
+# Env the webhook sets for the wrapper (documented in the README). Everything else reads these.
+ENV_PREFIX = "HOSTNET_RDMA_"
+ENV_LAUNCHER = "HOSTNET_RDMA_LAUNCHER"
+ENV_LOCAL_ADDR = "HOSTNET_RDMA_LOCAL_ADDR"
+ENV_IDENTITIES = "HOSTNET_RDMA_IDENTITIES"
+ENV_PEERS = "HOSTNET_RDMA_PEERS"
+ENV_RDZV_ID = "HOSTNET_RDMA_RDZV_ID"
+ENV_RDZV_BACKEND = "HOSTNET_RDMA_RDZV_BACKEND"
+ENV_RDZV_ENDPOINT = "HOSTNET_RDMA_RDZV_ENDPOINT"
+ENV_NNODES = "HOSTNET_RDMA_NNODES"
+ENV_GLOO_IFNAME = "HOSTNET_RDMA_GLOO_SOCKET_IFNAME"
+ENV_NCCL_IFNAME = "HOSTNET_RDMA_NCCL_SOCKET_IFNAME"
+ENV_DNS_TIMEOUT = "HOSTNET_RDMA_DNS_TIMEOUT"
+ENV_MIN_TORCH = "HOSTNET_RDMA_MIN_TORCH"
+ENV_DRY_RUN = "HOSTNET_RDMA_DRY_RUN"
+ENV_BIN_DIR = "HOSTNET_RDMA_BIN_DIR"
+# Set by the wrapper on the process it execs, so the start-up hook does not handle it twice.
+ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
+
+ETCD_BACKENDS = ("etcd", "etcd-v2")
+
+# ---------------------------------------------------------------------------- argv
+# torchrun's options (torch/distributed/run.py): long names in their hyphen spelling; every
+# multi-word option also has an underscore spelling. Flags take no value; all others take one.
+_FLAGS = ("standalone", "module", "no-python", "run-path", "virtual-local-rank", "help")
+_VALUED = (
+    "nnodes", "nproc-per-node", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf", "max-restarts",
+    "monitor-interval", "start-method", "event-log-handler", "role", "log-dir", "redirects", "tee",
+    "log-line-prefix-template", "local-ranks-filter", "duplicate-stdout-filters", "duplicate-stderr-filters",
+    "node-rank", "master-addr", "master-port", "local-addr", "logs-specs", "numa-binding", "signals-to-handle",
+    "shutdown-timeout", "print-completion",
+)  # fmt: skip
+_SHORT = {"-m": "--module", "-h": "--help", "-r": "--redirects", "-t": "--tee"}
+LONG: Dict[str, str] = {}  # every accepted spelling -> canonical "--hyphen-name"
+for _name in (*_FLAGS, *_VALUED):
+    LONG["--" + _name] = "--" + _name
+    LONG["--" + _name.replace("-", "_")] = "--" + _name
+FLAGS = {"--" + n for n in _FLAGS}
+
+
+class ArgvError(ValueError):
+    """torchrun itself would reject this argv; the wrapper leaves it alone."""
+
+
+def canonical(option: str) -> str:
+    """The canonical spelling of a long option, resolving unambiguous prefixes as argparse does."""
+    if option in LONG:
+        return LONG[option]
+    matches = {LONG[o] for o in LONG if o.startswith(option)} if option.startswith("--") and len(option) > 2 else set()
+    if len(matches) == 1:
+        return matches.pop()
+    if matches:
+        raise ArgvError(f"ambiguous option {option}")
+    raise ArgvError(f"unrecognized option {option}")
+
+
+class Argv:
+    """torchrun's own options (before the training script) with their positions."""
+
+    def __init__(self, args: Sequence[str]) -> None:
+        self.args = list(args)
+        self.inserted = 0
+        # canonical option -> (index of the option token, inline value or None)
+        self.options: Dict[str, Tuple[int, Optional[str]]] = {}
+        self.script: Optional[int] = None
+        i = 0
+        while i < len(self.args):
+            tok = self.args[i]
+            if tok == "--":
+                self.script = i + 1 if i + 1 < len(self.args) else None
+                break
+            if not tok.startswith("-") or tok == "-":
+                self.script = i
+                break
+            if tok.startswith("--"):
+                name, eq, inline = tok.partition("=")
+                key = canonical(name)
+                value: Optional[str] = inline if eq else None
+            else:
+                # Short options: -m / -h are flags; -r / -t take a value, attached (-t3) or next.
+                key = _SHORT.get(tok[:2], "")
+                if not key:
+                    raise ArgvError(f"unrecognized option {tok}")
+                attached = tok[2:]
+                if key in FLAGS:
+                    if attached:
+                        raise ArgvError(f"combined short options are not supported: {tok}")
+                    value = None
+                else:
+                    value = attached[1:] if attached.startswith("=") else (attached or None)
+            if key in FLAGS:
+                if value is not None and tok.startswith("--"):
+                    raise ArgvError(f"{key} takes no value")
+                self.options[key] = (i, None)
+                i += 1
+            elif value is not None:
+                self.options[key] = (i, value)
+                i += 1
+            else:
+                if i + 1 >= len(self.args):
+                    raise ArgvError(f"{key} needs a value")
+                self.options[key] = (i, None)
+                i += 2
+
+    def get(self, option: str) -> Optional[str]:
+        found = self.options.get(option)
+        if found is None:
+            return None
+        index, inline = found
+        if inline is not None:
+            return inline
+        if option in FLAGS:
+            return "1"
+        return self.args[index + 1] if index + 1 < len(self.args) else None
+
+    def has(self, option: str) -> bool:
+        return option in self.options
+
+    def replace(self, option: str, value: str) -> None:
+        index, inline = self.options[option]
+        tok = self.args[index]
+        if inline is not None and not tok.startswith("--"):  # -t3 style
+            self.args[index] = tok[:2] + value
+        elif inline is not None:
+            self.args[index] = f"{tok.partition('=')[0]}={value}"  # keep the user's --rdzv_conf spelling
+        else:
+            self.args[index + 1] = value
+        self.options[option] = (index, inline if inline is None else value)
+
+    def prepend(self, option: str, value: str) -> None:
+        # Options go first: torchrun accepts them in any order before the script, and the
+        # script's own arguments after it are never touched.
+        at = self.inserted
+        self.args.insert(at, f"{option}={value}")
+        self.inserted += 1
+        self.options = {k: (i + 1 if i >= at else i, v) for k, (i, v) in self.options.items()}
+        self.options[option] = (at, value)
+        if self.script is not None:
+            self.script += 1
+
+
+def pet_name(option: str) -> str:
+    return "PET_" + option.lstrip("-").replace("-", "_").upper()
+
+
+def effective(argv: Argv, env: Mapping[str, str], option: str) -> Tuple[Optional[str], str]:
+    """The value torchrun will use for an option and where it comes from: cli, env or none.
+
+    torchrun reads PET_<DEST> for every option; a CLI flag overrides it.
+    """
+    value = argv.get(option)
+    if value is not None:
+        return value, "cli"
+    pet = pet_name(option)
+    if env.get(pet):
+        return env[pet], "env"
+    return None, "none"
+
+
+def parse_conf(conf: str) -> List[Tuple[str, str]]:
+    pairs: List[Tuple[str, str]] = []
+    for part in conf.split(","):
+        if not part.strip():
+            continue
+        key, _, value = part.partition("=")
+        pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+# ---------------------------------------------------------------------------- names
+
+
+def endpoint_host(endpoint: str) -> str:
+    """The host part of HOST[:PORT], with [v6] brackets removed, lower-cased, no final dot."""
+    endpoint = endpoint.strip()
+    if endpoint.startswith("["):
+        host = endpoint[1:].split("]", 1)[0]
+    elif endpoint.count(":") == 1:
+        host = endpoint.split(":", 1)[0]
+    else:
+        host = endpoint
+    return host.lower().rstrip(".")
+
+
+def is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "localhost.localdomain", "::1") or host.startswith("127.")
+
+
+def split_list(value: str) -> List[str]:
+    return [x.strip().lower().rstrip(".") for x in value.split(",") if x.strip()]
+
+
+def is_own_endpoint(endpoint: str, identities: Sequence[str]) -> bool:
+    """True iff the endpoint names this pod by one of its DNS names.
+
+    Never by IP: two pods of one job can share a node, hence an address.
+    """
+    host = endpoint_host(endpoint)
+    return bool(host) and host in {i.lower().rstrip(".") for i in identities if i}
+
+
+def names_a_pod(host: str, identities: Sequence[str], peers: Sequence[str]) -> bool:
+    """Whether the endpoint host can be the DNS name of a pod of this job.
+
+    `peers` are glob patterns of the job's pod host names (`job-*`); they may be followed by any
+    suffix this pod's own names have after its host name (`.sub`, `.sub.ns.svc`, ...).
+    Without patterns (a launcher that names no siblings), assume yes.
+    """
+    if host in identities or not peers or not identities:
+        return True
+    own_host = identities[0]
+    suffixes = {i[len(own_host) :] for i in identities if i.startswith(own_host + ".")} | {""}
+    return any(fnmatch.fnmatchcase(host, peer + suffix) for peer in peers for suffix in suffixes)
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand(template: str, env: Mapping[str, str]) -> Optional[str]:
+    """Expand ${VAR} from env; None when a referenced variable is unset or empty."""
+    missing = [m for m in _VAR.findall(template) if not env.get(m)]
+    if missing:
+        return None
+    return _VAR.sub(lambda m: env[m.group(1)], template)
+
+
+def expand_sum(template: str, env: Mapping[str, str]) -> Optional[str]:
+    """`${VC_MASTER_NUM}+${VC_WORKER_NUM}` -> "3"; a plain value passes through."""
+    expanded = expand(template, env)
+    if expanded is None or "+" not in expanded:
+        return expanded
+    try:
+        return str(sum(int(term) for term in expanded.split("+")))
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------- decision
+
+
+class Plan:
+    """What the wrapper decided, for its log line and for the admission-time fallback."""
+
+    def __init__(self) -> None:
+        self.backend = "static"
+        self.endpoint = ""
+        self.local_addr = ""
+        self.rdzv_id = ""
+        self.is_host: Optional[str] = None
+        self.nnodes = ""
+        self.notes: List[str] = []
+        # Why no pod, or every pod on one node, would host the c10d store (also in notes).
+        self.endpoint_problem = ""
+        # option -> value the wrapper supplied (not the user): what PET_* must carry when
+        # nothing can intercept torchrun.
+        self.added: Dict[str, str] = {}
+        # option -> template whose ${VAR} could not be expanded from the env given.
+        self.unexpanded: Dict[str, str] = {}
+
+
+def merge(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], Plan]:
+    """torchrun's argv after the rules; pure (env in, argv out). Raises ArgvError when torchrun
+    itself would reject the argv."""
+    argv = Argv(args)
+    plan = Plan()
+    if argv.has("--help") or argv.has("--print-completion"):
+        plan.backend = "help"
+        return argv.args, plan
+    if argv.has("--standalone") or env.get("PET_STANDALONE"):
+        plan.backend = "standalone"
+        return argv.args, plan
+
+    backend, _ = effective(argv, env, "--rdzv-backend")
+    if backend is None:
+        static_hint = any(effective(argv, env, o)[0] is not None for o in ("--master-addr", "--node-rank"))
+        default = env.get(ENV_RDZV_BACKEND, "")
+        if default and not static_hint:
+            backend = default
+            argv.prepend("--rdzv-backend", default)
+            plan.added["--rdzv-backend"] = default
+        else:
+            backend = "static"
+    plan.backend = backend
+    if backend == "static":
+        plan.endpoint = effective(argv, env, "--master-addr")[0] or ""
+        return argv.args, plan
+
+    endpoint, _ = effective(argv, env, "--rdzv-endpoint")
+    if endpoint is None and env.get(ENV_RDZV_ENDPOINT):
+        template = env[ENV_RDZV_ENDPOINT]
+        endpoint = expand(template, env)
+        if endpoint:
+            argv.prepend("--rdzv-endpoint", endpoint)
+            plan.added["--rdzv-endpoint"] = endpoint
+        else:
+            plan.unexpanded["--rdzv-endpoint"] = template
+            plan.notes.append("default rendezvous endpoint needs env that is not set: " + template)
+    plan.endpoint = endpoint or ""
+
+    nnodes, _ = effective(argv, env, "--nnodes")
+    if nnodes is None and env.get(ENV_NNODES):
+        template = env[ENV_NNODES]
+        nnodes = expand_sum(template, env)
+        if nnodes:
+            argv.prepend("--nnodes", nnodes)
+            plan.added["--nnodes"] = nnodes
+        else:
+            plan.unexpanded["--nnodes"] = template
+            plan.notes.append("default --nnodes needs env that is not set: " + template)
+    plan.nnodes = nnodes or "1"
+
+    rdzv_id, source = effective(argv, env, "--rdzv-id")
+    wanted_id = env.get(ENV_RDZV_ID, "")
+    if (rdzv_id is None or rdzv_id.strip().lower() == "none") and wanted_id:
+        if source == "cli":
+            argv.replace("--rdzv-id", wanted_id)
+        else:
+            argv.prepend("--rdzv-id", wanted_id)
+        plan.added["--rdzv-id"] = wanted_id
+        rdzv_id = wanted_id
+    plan.rdzv_id = rdzv_id or "none"
+
+    local_addr, _ = effective(argv, env, "--local-addr")
+    if local_addr is None and env.get(ENV_LOCAL_ADDR):
+        local_addr = env[ENV_LOCAL_ADDR]
+        argv.prepend("--local-addr", local_addr)
+        plan.added["--local-addr"] = local_addr
+    plan.local_addr = local_addr or ""
+
+    if backend == "c10d":
+        _decide_is_host(argv, env, plan)
+    return argv.args, plan
+
+
+def _decide_is_host(argv: Argv, env: Mapping[str, str], plan: Plan) -> None:
+    conf, source = effective(argv, env, "--rdzv-conf")
+    pairs = parse_conf(conf or "")
+    given = [v for k, v in pairs if k == "is_host"]
+    host = endpoint_host(plan.endpoint) if plan.endpoint else ""
+    identities = split_list(env.get(ENV_IDENTITIES, ""))
+    if given:
+        plan.is_host = given[-1]
+        return
+    if not host:
+        plan.notes.append("no rendezvous endpoint: is_host not set")
+        return
+    if is_loopback(host):
+        # A single-node job on localhost: torchrun already hosts the store itself.
+        plan.notes.append("loopback rendezvous endpoint: is_host left to torchrun")
+        return
+    if is_ip(host):
+        plan.endpoint_problem = (
+            f"rendezvous endpoint {host} is an IP address: is_host left to torchrun, which matches it against "
+            "this node's addresses; if two pods of this job share a node both would host the store. "
+            "Use a pod DNS name instead"
+        )
+        plan.notes.append(plan.endpoint_problem)
+        return
+    if not identities:
+        return  # not a pod the webhook described: nothing to match against
+    own = is_own_endpoint(plan.endpoint, identities)
+    if not own and not names_a_pod(host, identities, split_list(env.get(ENV_PEERS, ""))):
+        plan.endpoint_problem = (
+            f"rendezvous endpoint {host} names no pod of this job (a Service or another name?): no pod can "
+            "recognise itself as the c10d store host and the job will fail to rendezvous. Point "
+            "--rdzv-endpoint at the DNS name of one pod of the job"
+        )
+        plan.notes.append(plan.endpoint_problem)
+    plan.is_host = "true" if own else "false"
+    merged = ",".join(f"{k}={v}" for k, v in [*pairs, ("is_host", plan.is_host)])
+    plan.added["--rdzv-conf"] = merged
+    if source == "cli":
+        argv.replace("--rdzv-conf", merged)
+    else:
+        # A CLI --rdzv-conf replaces PET_RDZV_CONF wholesale, so carry its keys over.
+        argv.prepend("--rdzv-conf", merged)
+
+
+def pet_fallback(args: Optional[Sequence[str]], env: Mapping[str, str]) -> Tuple[Dict[str, str], Plan]:
+    """For a torchrun nothing can intercept: the PET_* env that makes torchrun itself reach the
+    wrapper's decision. `args` is torchrun's argv when known at admission (None otherwise); `env`
+    the container's env as far as it is known (values that exist only at run time are absent).
+    Templates that could not be expanded are returned in plan.unexpanded."""
+    try:
+        _, plan = merge(list(args) if args is not None else ["<script>"], env)
+    except ArgvError:
+        return {}, Plan()
+    return {pet_name(option): value for option, value in plan.added.items()}, plan
+
+
+def summary(plan: Plan, env: Mapping[str, str], gloo_ifname: str) -> str:
+    """The wrapper's log line (read by `hostnet-rdma verify`; keep the field order)."""
+    return (
+        f"launcher={env.get(ENV_LAUNCHER, 'unknown')} backend={plan.backend} "
+        f"is_host={plan.is_host if plan.is_host is not None else '-'} "
+        f"local_addr={plan.local_addr or '-'} endpoint={plan.endpoint or '-'} "
+        f"rdzv_id={plan.rdzv_id or '-'} nnodes={plan.nnodes or '-'} gloo_socket_ifname={gloo_ifname}"
+    )

@@ -1,0 +1,71 @@
+"""hostnet-rdma's Python start-up hook, first on PYTHONPATH in a mutated container.
+
+Python imports `sitecustomize` at start-up in every process, so this sees every torchrun
+however it is started: by absolute path, after a venv/conda `activate`, in a login shell that
+resets PATH, from a user script, or as `python -m torch.distributed.run`. In a torchrun
+process it hands sys.argv to the wrapper before torchrun parses it; in any other process it
+only loads the image's own sitecustomize (which this file shadows) and returns. Standard
+library only, Python 3.8+, cheap: no import beyond os and sys unless torchrun is running.
+"""
+
+import os
+import sys
+from typing import List
+
+_TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def _chain_load_image_sitecustomize() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        from importlib.machinery import PathFinder
+        from importlib.util import module_from_spec
+
+        rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+        spec = PathFinder.find_spec("sitecustomize", rest)
+        if spec is None or spec.loader is None:
+            return
+        module = module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as e:  # as site.py does for a broken sitecustomize: report, go on
+        sys.stderr.write(f"hostnet-rdma: the image's sitecustomize failed: {type(e).__name__}: {e}\n")
+
+
+def _command_line() -> List[str]:
+    orig = getattr(sys, "orig_argv", None)  # Python 3.10+
+    if orig:
+        return list(orig)
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _is_torchrun() -> bool:
+    argv = getattr(sys, "argv", None) or []
+    if not argv:
+        return False
+    if os.path.basename(argv[0]) == "torchrun" or argv[0].endswith(os.path.join("torch", "distributed", "run.py")):
+        return True
+    if argv[0] != "-m":
+        return False
+    cmd = _command_line()
+    for i, arg in enumerate(cmd):
+        if arg == "-m" and i + 1 < len(cmd):
+            return cmd[i + 1] in _TORCHRUN_MODULES
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:] in _TORCHRUN_MODULES
+    return False
+
+
+def _hook() -> None:
+    if os.environ.get("HOSTNET_RDMA_HANDLED") == str(os.getpid()) or not _is_torchrun():
+        return
+    import hostnet_rdma_torchrun  # type: ignore[import-not-found]
+
+    hostnet_rdma_torchrun.intercept(sys.argv)
+
+
+_chain_load_image_sitecustomize()
+_hook()

@@ -1,0 +1,142 @@
+"""torchrun is caught however it is started: the real bootstrap installs the wrapper files,
+then each launch form runs (dry run: the wrapper prints the argv torchrun would get).
+
+Fake `torchrun` scripts and a fake `torch.distributed.run` module stand in for torch here
+(the rendezvous tier runs the same forms with real torch across two nodes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.core import names
+from app.core.wrap import BOOTSTRAP
+from app.wrapper import payload
+
+ENV = {
+    "HOSTNET_RDMA_LAUNCHER": "job",
+    "HOSTNET_RDMA_LOCAL_ADDR": "ij-1.ij",
+    "HOSTNET_RDMA_IDENTITIES": "ij-1,ij-1.ij,ij-1.ij.ns",
+    "HOSTNET_RDMA_PEERS": "ij-*",
+    "HOSTNET_RDMA_RDZV_ID": "uid-1",
+    "HOSTNET_RDMA_DRY_RUN": "1",
+}
+WANT = ["--rdzv-id=uid-1", "--local-addr=ij-1.ij", "--rdzv-conf=is_host=false"]
+TORCHRUN_ARGS = "--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=ij-0.ij:29400 t.py"
+
+FAKE_TORCHRUN = """#!{python}
+import json, sys
+print("REAL-TORCHRUN " + json.dumps(sys.argv[1:]))
+"""
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> dict[str, Path]:
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    script = venv / "torchrun"
+    script.write_text(FAKE_TORCHRUN.format(python=sys.executable))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    (venv / "activate").write_text(f'PATH="{venv}:$PATH"; export PATH\n')
+    fake_torch = tmp_path / "fake-torch" / "torch" / "distributed"
+    fake_torch.mkdir(parents=True)
+    (fake_torch.parent / "__init__.py").write_text("")
+    (fake_torch / "__init__.py").write_text("")
+    (fake_torch / "run.py").write_text("import json, sys\nprint('REAL-MODULE ' + json.dumps(sys.argv[1:]))\n")
+    image_site = tmp_path / "image-site"
+    image_site.mkdir()
+    (image_site / "sitecustomize.py").write_text("import sys\nsys.stderr.write('IMAGE-SITECUSTOMIZE\\n')\n")
+    return {"venv": venv, "torch": fake_torch.parent.parent, "image_site": image_site, "bin": tmp_path / "bin"}
+
+
+def run(sandbox: dict[str, Path], command: list[str], **extra: str) -> subprocess.CompletedProcess[str]:
+    """The mutated container's command: bootstrap, then the user's command."""
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": "/root",
+        names.ENV_PREFIX + "BIN_DIR": str(sandbox["bin"]),
+        "PYTHONPATH": f"{sandbox['torch']}:{sandbox['image_site']}",
+        **ENV,
+        **extra,
+    }
+    argv = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, payload(), *command]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+
+def decided(p: subprocess.CompletedProcess[str]) -> list[str]:
+    lines = [line for line in p.stdout.splitlines() if line.startswith("[")]
+    assert lines, f"no dry-run argv:\nstdout={p.stdout}\nstderr={p.stderr}"
+    argv: list[str] = json.loads(lines[-1])
+    return argv
+
+
+@pytest.mark.parametrize(
+    ("form", "command"),
+    [
+        ("PATH shim in bash -c", ["bash", "-c", "torchrun {args}"]),
+        ("absolute path", ["{venv}/torchrun", *TORCHRUN_ARGS.split()]),
+        ("activated venv", ["bash", "-c", ". {venv}/activate && torchrun {args}"]),
+        ("login shell (PATH reset)", ["bash", "-lc", ". {venv}/activate && torchrun {args}"]),
+        ("python -m torch.distributed.run", ["bash", "-c", "python3 -m torch.distributed.run {args}"]),
+        ("user script", ["bash", "-c", "printf '#!/bin/sh\\n{venv}/torchrun \"$@\"\\n' > /tmp/hr-$$.sh; "
+                                       "sh /tmp/hr-$$.sh {args}; rm -f /tmp/hr-$$.sh"]),
+    ],
+)  # fmt: skip
+def test_every_launch_form_is_caught(sandbox: dict[str, Path], form: str, command: list[str]) -> None:
+    cmd = [c.format(venv=sandbox["venv"], args=TORCHRUN_ARGS) for c in command]
+    p = run(sandbox, cmd)
+    assert p.returncode == 0, p.stderr
+    argv = decided(p)
+    assert argv[0] == "torchrun"
+    for want in WANT:
+        assert want in argv, (form, argv)
+    assert "hostnet-rdma: launcher=job backend=c10d is_host=false local_addr=ij-1.ij" in p.stderr, p.stderr
+    assert "REAL-" not in p.stdout  # dry run: nothing ran
+
+
+def test_hook_rewrites_argv_in_place_for_the_real_torchrun(sandbox: dict[str, Path]) -> None:
+    """Without dry run the hook hands torchrun its new argv (no exec, same process)."""
+    p = run(sandbox, [str(sandbox["venv"] / "torchrun"), "--rdzv-backend=static", "t.py"], HOSTNET_RDMA_DRY_RUN="")
+    assert p.returncode == 0, p.stderr
+    assert "REAL-TORCHRUN " in p.stdout
+    assert json.loads(p.stdout.split("REAL-TORCHRUN ", 1)[1]) == ["--rdzv-backend=static", "t.py"]
+    assert "backend=static" in p.stderr
+
+
+def test_shim_and_hook_handle_torchrun_once(sandbox: dict[str, Path]) -> None:
+    p = run(sandbox, ["bash", "-c", f"torchrun {TORCHRUN_ARGS}"])
+    assert p.stderr.count("hostnet-rdma: launcher=") == 1, p.stderr
+
+
+def test_image_sitecustomize_still_loads_and_other_processes_are_untouched(sandbox: dict[str, Path]) -> None:
+    p = run(sandbox, ["python3", "-c", "print('plain')"])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "plain"
+    assert "IMAGE-SITECUSTOMIZE" in p.stderr
+    assert "hostnet-rdma" not in p.stderr
+
+
+def test_broken_image_sitecustomize_is_reported_not_fatal(sandbox: dict[str, Path]) -> None:
+    (sandbox["image_site"] / "sitecustomize.py").write_text("raise RuntimeError('boom')\n")
+    p = run(sandbox, ["python3", "-c", "print('still runs')"])
+    assert p.stdout.strip() == "still runs"
+    assert "the image's sitecustomize failed: RuntimeError: boom" in p.stderr
+
+
+def test_hook_costs_little_outside_torchrun(sandbox: dict[str, Path]) -> None:
+    """Every Python process in the container imports the hook: it must not import the wrapper."""
+    p = run(sandbox, ["python3", "-c", "import sys; print('hostnet_rdma_torchrun' in sys.modules)"])
+    assert p.stdout.strip() == "False", p.stderr
+
+
+def test_user_pythonpath_is_kept_after_ours(sandbox: dict[str, Path]) -> None:
+    p = run(sandbox, ["python3", "-c", "import os; print(os.environ['PYTHONPATH'])"])
+    parts = p.stdout.strip().split(os.pathsep)
+    assert parts[0] == str(sandbox["bin"] / "py")
+    assert parts[1:] == [str(sandbox["torch"]), str(sandbox["image_site"])]

@@ -1,0 +1,185 @@
+"""The shared rendezvous rule (app/wrapper/rules.py): torchrun's own argv parsing, the
+endpoint checks, and agreement between the admission-time PET_* fallback and the wrapper.
+
+The parser is checked against torch's real parser (torch.distributed.run.get_args_parser) on
+generated command lines, so "parses as torchrun does" is measured, not assumed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.core import InjectConfig, Params, mutate
+from app.wrapper import rules
+
+VOLCANO_W1 = {
+    rules.ENV_LAUNCHER: "volcano",
+    rules.ENV_LOCAL_ADDR: "j-worker-1.j",
+    rules.ENV_IDENTITIES: "j-worker-1,j-worker-1.j,j-worker-1.j.ns,j-worker-1.j.ns.svc,j-worker-1.j.ns.svc.cluster.local",
+    rules.ENV_PEERS: "j-*",
+    rules.ENV_RDZV_ID: "j-uid",
+    rules.ENV_RDZV_BACKEND: "c10d",
+    rules.ENV_RDZV_ENDPOINT: "j-worker-0.j:23456",
+    rules.ENV_NNODES: "2",
+}
+
+
+@pytest.mark.parametrize(
+    ("argv", "want_nnodes"),
+    [
+        (["-t3", "--nnodes=5", "train.py"], "5"),  # attached short value: --nnodes is not swallowed
+        (["-r3", "--nnodes", "5", "train.py"], "5"),
+        (["-t", "3", "--nnodes=5", "train.py"], "5"),
+        (["--nnode=5", "train.py"], "5"),  # argparse abbreviation, as torchrun accepts it
+        (["--nproc_per_node=2", "train.py"], "2"),  # no --nnodes: the launcher default
+    ],
+)
+def test_short_options_and_abbreviations_parse_as_torchrun_does(argv: list[str], want_nnodes: str) -> None:
+    args, plan = rules.merge(argv, VOLCANO_W1)
+    assert plan.nnodes == want_nnodes
+    assert plan.local_addr == "j-worker-1.j" and "--local-addr=j-worker-1.j" in args
+    assert args[-1] == "train.py"
+
+
+def test_unparseable_argv_is_left_alone_and_said() -> None:
+    from app.wrapper import torchrun as w
+
+    args, plan, _, notes = w.plan_for(["--no-such-option", "train.py"], VOLCANO_W1)
+    assert args == ["--no-such-option", "train.py"]
+    assert plan.backend == "unparsed" and "not understood" in notes[0]
+
+
+def test_ip_endpoint_leaves_is_host_to_torchrun_and_warns() -> None:
+    args, plan = rules.merge(["--rdzv-endpoint=10.1.2.3:29400", "t.py"], VOLCANO_W1)
+    assert plan.is_host is None and not any(a.startswith("--rdzv-conf") for a in args)
+    assert "IP address" in plan.endpoint_problem and "both would host" in plan.endpoint_problem
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "problem"),
+    [
+        ("j.ns.svc:29400", True),  # the headless Service, not a pod
+        ("store.example.com:29400", True),
+        ("j-worker-0.j:29400", False),
+        ("j-master-0.j.ns.svc.cluster.local:1", False),
+        ("j-worker-1.j:1", False),  # itself
+    ],
+)
+def test_endpoint_that_names_no_pod_is_reported(endpoint: str, problem: bool) -> None:
+    _, plan = rules.merge([f"--rdzv-endpoint={endpoint}", "t.py"], VOLCANO_W1)
+    assert bool(plan.endpoint_problem) == problem, plan.endpoint_problem
+    assert ("names no pod" in " ".join(plan.notes)) == problem
+
+
+# ---------------------------------------------------------------- against torch's own parser
+
+_VALUES = st.sampled_from(["2", "1:4", "c10d", "etcd-v2", "h-0.h:29400", "none", "x", "is_host=1", "3"])
+_OPTIONS = st.sampled_from(
+    ["--nnodes", "--nproc-per-node", "--nproc_per_node", "--rdzv-backend", "--rdzv_endpoint", "--rdzv-id",
+     "--rdzv-conf", "--local-addr", "--local_addr", "--max-restarts", "--role", "--nnod", "--rdzv-end", "-t", "-r"]
+)  # fmt: skip
+_FLAGS = st.sampled_from(["-m", "--module", "--no-python", "--run-path", "--run_path"])
+
+
+@st.composite
+def torchrun_argv(draw: Any) -> list[str]:
+    argv: list[str] = []
+    for _ in range(draw(st.integers(0, 6))):
+        kind = draw(st.integers(0, 3))
+        if kind == 0:
+            argv.append(draw(_FLAGS))
+            continue
+        option, value = draw(_OPTIONS), draw(_VALUES)
+        if option == "--max-restarts":
+            value = "3"  # an int option: a type error is not a parsing question
+        if option in ("-t", "-r"):
+            value = draw(st.sampled_from(["0", "3", "1:2"]))
+            argv += [f"{option}{value}"] if kind == 1 else [option, value]
+        elif kind == 1:
+            argv.append(f"{option}={value}")
+        else:
+            argv += [option, value]
+    return [*argv, "train.py", *draw(st.lists(st.sampled_from(["--nnodes=9", "-t", "x", "--"]), max_size=3))]
+
+
+DESTS = {"--nnodes": "nnodes", "--rdzv-backend": "rdzv_backend", "--rdzv-endpoint": "rdzv_endpoint",
+         "--rdzv-id": "rdzv_id", "--rdzv-conf": "rdzv_conf", "--local-addr": "local_addr", "--tee": "tee",
+         "--redirects": "redirects", "--module": "module", "--nproc-per-node": "nproc_per_node"}  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(argv=torchrun_argv())
+def test_argv_parsing_matches_torchrun(argv: list[str]) -> None:
+    torch_run = pytest.importorskip("torch.distributed.run")
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("PET_")}
+    try:
+        parsed = torch_run.get_args_parser().parse_args(argv)
+    except SystemExit:
+        with pytest.raises(rules.ArgvError):
+            rules.Argv(argv)
+        return
+    finally:
+        os.environ.update(saved)
+    ours = rules.Argv(argv)
+    for option, dest in DESTS.items():
+        theirs = getattr(parsed, dest)
+        if option == "--module":
+            assert ours.has(option) == bool(theirs), (argv, option)
+        elif ours.has(option):
+            assert ours.get(option) == str(theirs), (argv, option)
+    assert parsed.training_script == "train.py"
+    assert ours.script is not None and ours.args[ours.script] == "train.py"
+
+
+# ---------------------------------------------------------------- admission vs run time
+
+
+def _pod(env: list[dict[str, str]], command: list[str] | None) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": "trainer", "image": "pytorch", "env": env}
+    if command is not None:
+        c["command"] = command
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{JOB}-1", "namespace": "ns",
+                     "labels": {"batch.kubernetes.io/job-name": JOB, "batch.kubernetes.io/controller-uid": "u-1"},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": JOB, "uid": "u-1"}]},
+        "spec": {"hostname": f"{JOB}-1", "subdomain": JOB, "hostNetwork": True, "containers": [c]},
+    }  # fmt: skip
+
+
+JOB = "ij"
+PARAMS = Params(InjectConfig(), "ns", "payload", "test")
+_PET = st.fixed_dictionaries(
+    {},
+    optional={
+        "PET_RDZV_BACKEND": st.sampled_from(["c10d", "etcd-v2", "static"]),
+        "PET_RDZV_ENDPOINT": st.sampled_from([f"{JOB}-0.{JOB}:29400", f"{JOB}-1.{JOB}:1", "10.0.0.1:29400", "svc:1"]),
+        "PET_NNODES": st.sampled_from(["2", "1:4"]),
+        "PET_RDZV_ID": st.sampled_from(["none", "mine"]),
+        "PET_RDZV_CONF": st.sampled_from(["read_timeout=60", "is_host=false"]),
+        "PET_LOCAL_ADDR": st.sampled_from(["me.example"]),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pet=_PET)
+def test_admission_fallback_reaches_the_wrappers_decision(pet: dict[str, str]) -> None:
+    """The same pod, once with a command (wrapped: the wrapper decides at run time) and once
+    without (its torchrun is uncatchable: the admission-time PET_* env must make torchrun
+    itself decide the same). Both paths run rules.merge; they must agree on every setting."""
+    env = [{"name": k, "value": v} for k, v in pet.items()]
+    wrapped = mutate(_pod(env, ["torchrun", "t.py"]), PARAMS).pod["spec"]["containers"][0]
+    fallback = mutate(_pod(env, None), PARAMS).pod["spec"]["containers"][0]
+    run_env = {e["name"]: e["value"] for e in wrapped["env"] if "value" in e}
+    _, by_wrapper = rules.merge(["t.py"], run_env)
+    pet_env = {e["name"]: e["value"] for e in fallback["env"] if e["name"].startswith("PET_")}
+    # What torchrun sees in the uncaught container: its own PET_* env and no wrapper.
+    _, by_torchrun = rules.merge(["t.py"], pet_env)
+    for field in ("backend", "endpoint", "local_addr", "rdzv_id", "is_host", "nnodes"):
+        assert getattr(by_torchrun, field) == getattr(by_wrapper, field), (field, pet)
