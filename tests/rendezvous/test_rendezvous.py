@@ -419,3 +419,86 @@ def test_bootstrap_works_on_a_read_only_root(tmp_path: Path) -> None:
     subprocess.run(["rmdir", "/hostnet-rdma-test"], capture_output=True)
     assert p.returncode == 0, p.stderr
     assert '"--local-addr=ro-worker-0.ro"' in p.stdout and '"--rdzv-conf=is_host=true"' in p.stdout
+
+
+# ------------------------------------------------------------------------------ launch forms
+
+
+def indexed_pod(job: str, index: int, command: list[str] | None) -> dict[str, Any]:
+    """An Indexed Job pod as the Job controller creates it (hostname <job>-<i>, subdomain <job>)."""
+    container: dict[str, Any] = {"name": "trainer", "image": "pytorch"}
+    if command is not None:
+        container["command"] = command
+    uid = "7a7a7a7a-0000-4a8e-9c1f-2d3e4f5a6b7c"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"{job}-{index}-",
+            "namespace": "default",
+            "labels": {"batch.kubernetes.io/job-name": job, "batch.kubernetes.io/controller-uid": uid,
+                       "batch.kubernetes.io/job-completion-index": str(index)},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid}],
+        },
+        "spec": {"hostname": f"{job}-{index}", "subdomain": job, "hostNetwork": True, "containers": [container]},
+    }  # fmt: skip
+
+
+def fake_venv(tmp: Path) -> Path:
+    """A virtualenv-like bin dir whose `activate` puts it first on PATH (as venv and conda do)."""
+    venv = tmp / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "torchrun").symlink_to(real_torchrun())
+    (venv / "activate").write_text(f'PATH="{venv}:$PATH"; export PATH\n')
+    return venv
+
+
+LAUNCH_FORMS = {
+    "absolute path": lambda venv, args: [real_torchrun(), *args.split()],
+    "activated venv": lambda venv, args: ["bash", "-c", f". {venv}/activate && torchrun {args}"],
+    "login shell": lambda venv, args: ["bash", "-lc", f". {venv}/activate && torchrun {args}"],
+    "python -m": lambda venv, args: ["bash", "-c", f"{sys.executable} -m torch.distributed.run {args}"],
+}
+
+
+@pytest.mark.parametrize("form", sorted(LAUNCH_FORMS))
+def test_launch_form_completes_with_one_store_host(bed: Testbed, tmp_path: Path, form: str) -> None:
+    """torchrun started without the PATH shim: the start-up hook catches it on both nodes."""
+    job = "lf"
+    n0, n1 = bed.nodes
+    bed.add_pod(n0, f"{job}-0.{job}")
+    bed.add_pod(n1, f"{job}-1.{job}")
+    args = f"--nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint={job}-0.{job}:{PORT} {SCRIPT}"
+    command = LAUNCH_FORMS[form](fake_venv(tmp_path), args)
+    placed = [(n, indexed_pod(job, i, command)) for i, n in enumerate((n0, n1))]
+    runs = run_wrapped(bed, placed, {}, tmp_path, f"launch form: {form}, 2 nodes x 2 procs", world=4)
+    lines = [wrapper_line(r) for r in runs]
+    assert [("is_host=true" in line) for line in lines] == [True, False], lines
+    assert f"local_addr={job}-1.{job}" in lines[1]
+
+
+def test_image_entrypoint_without_command_completes_from_pet_env(bed: Testbed, tmp_path: Path) -> None:
+    """No `command`: the image's entrypoint runs plain torchrun, unwrapped. The admission-time
+    PET_* env (Volcano's pytorch plugin: endpoint and world size known) makes it complete."""
+    n0, n1 = bed.nodes
+    bed.add_pod(n0, "ep-master-0.ep")
+    bed.add_pod(n1, "ep-worker-0.ep")
+    runs = []
+    for node, (task, index) in zip((n0, n1), (("master", 0), ("worker", 0)), strict=True):
+        pod = volcano_pod("ep", task, index, [])
+        c = pod["spec"]["containers"][0]
+        del c["command"]
+        c["env"] += [{"name": "MASTER_ADDR", "value": "ep-master-0.ep"}, {"name": "MASTER_PORT", "value": str(PORT)},
+                     {"name": "WORLD_SIZE", "value": "2"}]  # fmt: skip
+        result = mutate(pod, with_ns(pod))
+        assert any("no command" in w for w in result.warnings)
+        mc = result.pod["spec"]["containers"][0]
+        assert "command" not in mc
+        env = {**base_env(), **{e["name"]: e["value"] for e in mc["env"] if "value" in e}}
+        # Nothing pins gloo without the wrapper (the admission warning says so): set as a user would.
+        env["GLOO_SOCKET_IFNAME"] = _ifname(bed, node)
+        entrypoint = [real_torchrun(), "--nproc-per-node=2", SCRIPT]
+        log = tmp_path / f"ep-{task}.log"
+        runs.append(Run(f"ep-{task}", node, bed.popen(node, entrypoint, env, log), log))
+    report("image entrypoint, PET_* env only, 2 nodes x 2 procs", wait_all(runs))
+    assert_completed(runs, world=4)
