@@ -16,7 +16,7 @@ Example (every key optional; profiles are merged over the built-in ones):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -46,6 +46,7 @@ class _Wrapper(_Strict):
     dns_timeout_seconds: int = Field(300, alias="dnsTimeoutSeconds", ge=0, le=3600)
     min_torch: str = Field("2.5", alias="minTorch", pattern=r"^\d+(\.\d+){0,2}$")
     rdzv_port: int = Field(23456, alias="rdzvPort", ge=1, le=65535)
+    fabric_preflight: Literal["warn", "strict", "off"] = Field("warn", alias="fabricPreflight")
 
 
 class _Profile(_Strict):
@@ -91,6 +92,7 @@ def from_dict(data: dict[str, Any] | None) -> InjectConfig:
         rdzv_port=w.rdzv_port,
         dns_timeout_seconds=w.dns_timeout_seconds,
         min_torch=w.min_torch,
+        fabric_preflight=w.fabric_preflight,
         rdma_resource_prefixes=tuple(parsed.rdma_resource_prefixes),
         profiles=profiles,
         default_profile=parsed.default_profile,

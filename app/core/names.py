@@ -23,6 +23,7 @@ ANN_CONTAINERS = f"{DOMAIN}/containers"
 ANN_RDZV_PORT = f"{DOMAIN}/rdzv-port"
 ANN_GLOO_IFNAME = f"{DOMAIN}/gloo-socket-ifname"
 ANN_NCCL_IFNAME = f"{DOMAIN}/nccl-socket-ifname"
+ANN_FABRIC_PREFLIGHT = f"{DOMAIN}/fabric-preflight"
 
 # Volumes we add. The prefix lets a second pass recognise its own work.
 VOLUME_PREFIX = "hostnet-rdma-"
@@ -49,6 +50,8 @@ ENV_NCCL_IFNAME = rules.ENV_NCCL_IFNAME
 ENV_DNS_TIMEOUT = rules.ENV_DNS_TIMEOUT
 ENV_MIN_TORCH = rules.ENV_MIN_TORCH
 ENV_DRY_RUN = rules.ENV_DRY_RUN
+ENV_FABRIC_PREFLIGHT = rules.ENV_FABRIC_PREFLIGHT
+FABRIC_PREFLIGHT_MODES = ("warn", "strict", "off")
 
 # Marker argv[0] of the bootstrap shell, so a second pass sees the container is wrapped.
 BOOTSTRAP_ARGV0 = "hostnet-rdma-bootstrap"

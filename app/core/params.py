@@ -85,6 +85,7 @@ class InjectConfig:
     rdzv_port: int = 23456
     dns_timeout_seconds: int = 300
     min_torch: str = "2.5"
+    fabric_preflight: str = "warn"
     rdma_resource_prefixes: tuple[str, ...] = ("rdma/",)
     profiles: dict[str, Profile] = field(default_factory=lambda: dict(BUILTIN_PROFILES))
     default_profile: str = "default"

@@ -171,6 +171,20 @@ def _pet_fallback(c: Obj, env: Env, ctx: Context, owned: dict[str, str]) -> None
         ctx.warn(f"{c.get('name')}: {plan.endpoint_problem}")
 
 
+def _fabric_mode(ctx: Context) -> str:
+    raw = ctx.annotations.get(names.ANN_FABRIC_PREFLIGHT)
+    if raw is None:
+        return ctx.params.config.fabric_preflight
+    mode = raw.strip().lower()
+    if mode in names.FABRIC_PREFLIGHT_MODES:
+        return mode
+    ctx.warn(
+        f"annotation {names.ANN_FABRIC_PREFLIGHT}={raw!r} is not one of {', '.join(names.FABRIC_PREFLIGHT_MODES)}; "
+        f"using {ctx.params.config.fabric_preflight}"
+    )
+    return ctx.params.config.fabric_preflight
+
+
 def wrap(pod: Obj, ctx: Context) -> Outcome:
     if not ctx.flag(names.ANN_WRAP, ctx.params.config.wrap):
         return "turned off"
@@ -198,6 +212,7 @@ def wrap(pod: Obj, ctx: Context) -> Outcome:
         names.ENV_NCCL_IFNAME: "1" if ctx.flag(names.ANN_NCCL_IFNAME, cfg.nccl_socket_ifname) else "0",
         names.ENV_DNS_TIMEOUT: str(cfg.dns_timeout_seconds),
         names.ENV_MIN_TORCH: cfg.min_torch,
+        names.ENV_FABRIC_PREFLIGHT: _fabric_mode(ctx),
     }
     owned = {k: v for k, v in owned.items() if v}
     containers = child(pod, "spec").get("containers") or []

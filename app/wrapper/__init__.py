@@ -1,7 +1,7 @@
 """The in-container torchrun wrapper (stdlib only) and how the webhook ships it.
 
-Three files travel in every mutated pod and are installed by the bootstrap into the injected
-emptyDir: the rules (rules.py), the wrapper (torchrun.py) and the start-up hook
+Four files travel in every mutated pod and are installed by the bootstrap into the injected
+emptyDir: the rules (rules.py), the fabric checks (fabric.py), the wrapper (torchrun.py) and the start-up hook
 (sitecustomize.py), under the flat names the pod imports them by.
 """
 
@@ -19,6 +19,7 @@ SOURCE = HERE / "torchrun.py"
 # name in the pod -> source file here
 FILES = {
     "hostnet_rdma_rules.py": HERE / "rules.py",
+    "hostnet_rdma_fabric.py": HERE / "fabric.py",
     "hostnet_rdma_torchrun.py": SOURCE,
     "sitecustomize.py": HERE / "sitecustomize.py",
 }
@@ -48,7 +49,7 @@ def minified_source() -> str:
 
 @functools.lru_cache(maxsize=1)
 def payload() -> str:
-    """The three files, minified, as JSON, zlib-compressed and base64-encoded: what the
+    """The files, minified, as JSON, zlib-compressed and base64-encoded: what the
     bootstrap expects."""
     files = {name: minify(path.read_text()) for name, path in FILES.items()}
     return base64.b64encode(zlib.compress(json.dumps(files, sort_keys=True).encode(), 9)).decode("ascii")

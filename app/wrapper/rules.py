@@ -37,6 +37,10 @@ ENV_DNS_TIMEOUT = "HOSTNET_RDMA_DNS_TIMEOUT"
 ENV_MIN_TORCH = "HOSTNET_RDMA_MIN_TORCH"
 ENV_DRY_RUN = "HOSTNET_RDMA_DRY_RUN"
 ENV_BIN_DIR = "HOSTNET_RDMA_BIN_DIR"
+# warn (default) | strict (refuse to start on a fabric problem) | off
+ENV_FABRIC_PREFLIGHT = "HOSTNET_RDMA_FABRIC_PREFLIGHT"
+# Where /sys and /proc are read from (tests and `doctor --sysfs-root`); default "/".
+ENV_SYSFS_ROOT = "HOSTNET_RDMA_SYSFS_ROOT"
 # Set by the wrapper on the process it execs, so the start-up hook does not handle it twice.
 ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
 

@@ -24,6 +24,10 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 try:
+    import hostnet_rdma_fabric as fabric  # type: ignore[import-not-found,unused-ignore]  # in a pod
+except ImportError:
+    from app.wrapper import fabric  # type: ignore[no-redef,unused-ignore]
+try:
     import hostnet_rdma_rules as rules  # type: ignore[import-not-found,unused-ignore]  # in a pod: beside this file
 except ImportError:  # in the repository and the webhook image
     from app.wrapper import rules  # type: ignore[no-redef,unused-ignore]
@@ -261,12 +265,38 @@ def _report(plan: rules.Plan, env: Mapping[str, str], extra_env: Dict[str, str],
         log(f"warning: {note}")
 
 
+def fabric_preflight(plan: rules.Plan, env: Mapping[str, str]) -> None:
+    """The RDMA checks for the NCCL env this torchrun runs with: one line per problem and a
+    summary; warnings by default, a refusal to start in strict mode."""
+    mode = (env.get(rules.ENV_FABRIC_PREFLIGHT) or "warn").strip().lower()
+    if mode == "off" or plan.backend in ("help", "unparsed"):
+        return
+    findings = fabric.check(
+        root=env.get(rules.ENV_SYSFS_ROOT) or "/",
+        hca=env.get("NCCL_IB_HCA", ""),
+        gid_index=env.get("NCCL_IB_GID_INDEX", ""),
+    )
+    problems = [f for f in findings if f.problem]
+    for f in problems:
+        log(f"{'error' if mode == 'strict' else 'warning'}: fabric {f.line()}")
+    log(fabric.summary(findings))
+    if problems and mode == "strict":
+        raise PreflightError(
+            f"fabric preflight found {len(problems)} problem(s) and {rules.ENV_FABRIC_PREFLIGHT}=strict: not starting "
+            "torchrun (annotate hostnet-rdma.io/fabric-preflight: warn to start anyway)"
+        )
+
+
 def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
     """The PATH shim's entry: decide, check, then exec the real torchrun."""
     env = dict(os.environ if env is None else env)
     new_args, plan, extra_env, notes = plan_for(args, env)
     if truthy(env.get(rules.ENV_DRY_RUN)):
         _report(plan, env, extra_env, notes)
+        try:
+            fabric_preflight(plan, env)
+        except PreflightError as e:
+            log(f"error: {e}")
         sys.stdout.write(json.dumps(["torchrun", *new_args]) + "\n")
         sys.stdout.flush()
         return 0
@@ -276,6 +306,7 @@ def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
         return 127
     try:
         if plan.backend not in ("help", "standalone", "unparsed"):
+            fabric_preflight(plan, env)
             preflight(plan, env, interpreter_of(real))
     except PreflightError as e:
         log(f"error: {e}")
@@ -296,11 +327,16 @@ def intercept(argv: List[str]) -> None:
     new_args, plan, extra_env, notes = plan_for(argv[1:], env)
     if truthy(env.get(rules.ENV_DRY_RUN)):
         _report(plan, env, extra_env, notes)
+        try:
+            fabric_preflight(plan, env)
+        except PreflightError as e:
+            log(f"error: {e}")
         sys.stdout.write(json.dumps(["torchrun", *new_args]) + "\n")
         sys.stdout.flush()
         os._exit(0)
     try:
         if plan.backend not in ("help", "standalone", "unparsed"):
+            fabric_preflight(plan, env)
             preflight(plan, env, sys.executable)
     except PreflightError as e:
         log(f"error: {e}")
