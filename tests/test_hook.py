@@ -109,6 +109,16 @@ def test_hook_rewrites_argv_in_place_for_the_real_torchrun(sandbox: dict[str, Pa
     assert "backend=static" in p.stderr
 
 
+def test_shim_execs_the_real_torchrun_once(sandbox: dict[str, Path]) -> None:
+    """Through the PATH shim without dry run: the real torchrun (later on PATH) runs, once, with
+    the new argv, and the hook in it does not handle it a second time."""
+    p = run(sandbox, ["bash", "-c", f". {sandbox['venv']}/activate; PATH={sandbox['bin']}:$PATH; "
+                                    "torchrun --rdzv-backend=static t.py"], HOSTNET_RDMA_DRY_RUN="")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("REAL-TORCHRUN ") == 1, p.stdout
+    assert p.stderr.count("hostnet-rdma: launcher=") == 1, p.stderr
+
+
 def test_shim_and_hook_handle_torchrun_once(sandbox: dict[str, Path]) -> None:
     p = run(sandbox, ["bash", "-c", f"torchrun {TORCHRUN_ARGS}"])
     assert p.stderr.count("hostnet-rdma: launcher=") == 1, p.stderr

@@ -139,16 +139,24 @@ def wait_resolvable(name: str, timeout: float, what: str) -> None:
 # ---------------------------------------------------------------------------- torch
 
 
+def is_shim(path: str) -> bool:
+    """Our PATH shim (it execs this file), wherever the bootstrap put it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1024)
+    except OSError:
+        return False
+    return b"hostnet_rdma_torchrun.py" in head
+
+
 def find_real_torchrun(env: Mapping[str, str]) -> Optional[str]:
     """The first `torchrun` on PATH that is not this wrapper's shim."""
     own_dir = os.path.dirname(os.path.realpath(__file__))
     for d in env.get("PATH", os.defpath).split(os.pathsep):
-        if not d:
+        if not d or os.path.realpath(d) == own_dir:
             continue
         candidate = os.path.join(d, "torchrun")
-        if os.path.realpath(d) == own_dir:
-            continue
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK) and not is_shim(candidate):
             return candidate
     return None
 
