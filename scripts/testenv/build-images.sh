@@ -90,5 +90,24 @@ fi
 ln -sf "train-$thash.tar" "$OUT/train.tar"
 echo "$tref" >"$OUT/train.ref"
 
+# 5. Launcher controllers (scripts/testenv/build-launchers.sh built them): one static binary at
+#    /manager, where their own Deployments run it.
+LAUNCHERS_DIR="$CACHE/bin/launchers"
+for bin in "$LAUNCHERS_DIR"/*; do
+  [ -x "$bin" ] || continue
+  name="$(basename "$bin")"            # lws-v0.7.0
+  lref="localhost/hostnet-rdma-test/${name%-v*}:v${name##*-v}"
+  if [ ! -f "$OUT/launcher-$name.tar" ]; then
+    c=$(buildah from scratch)
+    buildah copy --quiet "$c" "$bin" /manager >/dev/null
+    buildah config --entrypoint '["/manager"]' --user 65532:65532 "$c"
+    buildah commit --quiet "$c" "$lref" >/dev/null
+    buildah rm "$c" >/dev/null
+    buildah push --quiet "$lref" "docker-archive:$OUT/launcher-$name.tar.tmp:$lref"
+    mv "$OUT/launcher-$name.tar.tmp" "$OUT/launcher-$name.tar"
+  fi
+  echo "$lref" >"$OUT/launcher-$name.ref"
+done
+
 log "images ready in $(( $(date +%s) - t0 ))s"
 echo "$OUT"

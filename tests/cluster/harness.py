@@ -189,6 +189,17 @@ class Cluster:
         self.logs = workdir / "logs"
         self.token = secrets.token_hex(16)
 
+    @classmethod
+    def attach(cls, workdir: Path, bin_dir: Path, image_dir: Path) -> Cluster:
+        """A handle on a cluster that `up` left running (manual use: `harness up`)."""
+        st = State(**json.loads((workdir / STATE).read_text()))
+        c = cls.__new__(cls)
+        c.workdir, c.bin, c.images, c.node_count = workdir, bin_dir, image_dir, len(st.nodes)
+        c.net, c.state, c.nodes, c.timings = Net(st.net_x), st, list(st.nodes), {}
+        c.pki, c.logs = workdir / "pki", workdir / "logs"
+        c.token = (workdir / "kc-admin.yaml").read_text().split("token: '")[1].split("'")[0]
+        return c
+
     # ---- bookkeeping
 
     def save(self) -> None:
@@ -550,6 +561,12 @@ wait
             if p.returncode != 0:
                 raise RuntimeError(f"ctr images import failed: {err.decode()[-2000:]}")
         self.mark("images imported", t0)
+
+    def import_image(self, tar: Path) -> None:
+        """Import one more docker-archive image into every node's containerd."""
+        for node in self.nodes:
+            sock = self.node_dir(node) / "containerd" / "containerd.sock"
+            sh("ctr", "-a", str(sock), "-n", "k8s.io", "images", "import", str(tar))
 
     def _wait_nodes_ready(self) -> None:
         def ready() -> bool:

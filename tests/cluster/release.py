@@ -25,11 +25,13 @@ def image_ref(c: Cluster, name: str) -> str:
 
 def install(c: Cluster) -> subprocess.CompletedProcess[str]:
     """`helm install` with default values except the image, its pull policy and the
-    infiniband hostPath (a test folder here); waits for the Deployment."""
+    infiniband hostPath (a test folder here); waits for the Deployment. On a kept cluster
+    (HOSTNET_RDMA_CLUSTER) that has the release already, an upgrade to the current image."""
     infiniband = c.workdir / "infiniband"
     infiniband.mkdir(exist_ok=True)
     repo, tag = image_ref(c, "webhook").rsplit(":", 1)
-    p = helm(c, "install", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--create-namespace",
+    verb = "upgrade" if helm(c, "status", RELEASE, "-n", RELEASE_NS).returncode == 0 else "install"
+    p = helm(c, verb, RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--create-namespace",
              "--set", f"image.repository={repo}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
              "--set", f"config.inject.infinibandPath={infiniband}", "--wait", "--timeout", "4m")  # fmt: skip
     if p.returncode != 0:
@@ -42,8 +44,9 @@ def install(c: Cluster) -> subprocess.CompletedProcess[str]:
 def namespaces(c: Cluster) -> None:
     """ON is opted in, OFF is not; both allow privileged pods (README: Opt in)."""
     for ns, labels in ((ON, ["hostnet-rdma.io/inject=enabled"]), (OFF, [])):
-        c.kubectl("create", "namespace", ns)
-        c.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged", *labels)
+        if c.kubectl("get", "namespace", ns, check=False) == "":
+            c.kubectl("create", "namespace", ns)
+        c.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=privileged", *labels, "--overwrite")
     for ns in (ON, OFF):
         deadline = time.monotonic() + 60
         while c.kubectl("get", "sa", "default", "-n", ns, check=False) == "":

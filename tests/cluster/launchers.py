@@ -1,0 +1,156 @@
+"""The launchers' own controllers in the test cluster, installed from their own manifests.
+
+Each controller is built from the Go module proxy at a pinned release
+(scripts/testenv/build-launchers.sh), packed into an image (scripts/testenv/build-images.sh),
+and deployed with the CRDs, RBAC and webhooks of the same module version, rendered by
+`kubectl kustomize` from the module's own config. Only the image is swapped for the local one
+(and pulled never). Their webhooks get their certificates the way each project does it
+(cert-controller in the pod), through the real API server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.cluster.harness import Cluster, log
+
+
+@dataclass(frozen=True)
+class Controller:
+    name: str
+    module: str
+    version: str
+    # Directories of the module to render (kustomizations), relative to the module root.
+    sources: tuple[str, ...]
+    namespace: str
+    container: str  # the manager container in the rendered Deployment
+    # Extra kustomization text (namespace, generators) when `sources` are bases, not overlays.
+    kustomization: str = ""
+
+    @property
+    def binary(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+CONTROLLERS = {
+    c.name: c
+    for c in (
+        Controller("jobset", "sigs.k8s.io/jobset", "v0.10.1", ("config/default",), "jobset-system", "manager"),
+        Controller("lws", "sigs.k8s.io/lws", "v0.7.0", ("config/default",), "lws-system", "manager"),
+        # The manager overlay adds a remote JobSet release (not reachable here): render its bases
+        # and generate the webhook Secret as that overlay does; JobSet comes from its own module.
+        Controller(
+            "trainer", "github.com/kubeflow/trainer/v2", "v2.0.0",
+            ("manifests/base/crds", "manifests/base/manager", "manifests/base/rbac", "manifests/base/webhook"),
+            "kubeflow-system", "manager",
+            kustomization="namespace: kubeflow-system\n"
+            "secretGenerator:\n- name: kubeflow-trainer-webhook-cert\n  namespace: kubeflow-system\n"
+            "  options: {disableNameSuffixHash: true}\n",
+        ),
+        Controller(
+            "training-operator", "github.com/kubeflow/training-operator", "v1.8.1",
+            ("manifests/overlays/standalone",), "kubeflow", "training-operator",
+        ),
+    )
+}  # fmt: skip
+
+
+def module_dir(module: str, version: str) -> Path:
+    """The module's files, from the Go module cache (downloaded by build-launchers.sh)."""
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True, check=True
+    )
+    return Path(json.loads(out.stdout)["Dir"])
+
+
+def render(c: Cluster, ctl: Controller) -> list[dict[str, Any]]:
+    root = module_dir(ctl.module, ctl.version)
+    with tempfile.TemporaryDirectory() as tmp:
+        rel = [os.path.relpath(root / s, tmp) for s in ctl.sources]
+        resources = "resources:\n" + "".join(f"- {r}\n" for r in rel)
+        extra = ctl.kustomization
+        if ctl.kustomization.startswith("namespace:"):
+            ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ctl.namespace}}
+            Path(tmp, "namespace.yaml").write_text(yaml.safe_dump(ns))
+            resources += "- namespace.yaml\n"
+        Path(tmp, "kustomization.yaml").write_text(resources + extra)
+        text = c.kubectl("kustomize", "--load-restrictor=LoadRestrictionsNone", tmp, timeout=120)
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def localize(docs: list[dict[str, Any]], ctl: Controller, image: str) -> list[dict[str, Any]]:
+    """Swap the manager's image for the locally built one; nothing else changes."""
+    swapped = 0
+    for d in docs:
+        if d.get("kind") != "Deployment":
+            continue
+        for container in d["spec"]["template"]["spec"]["containers"]:
+            if container["name"] == ctl.container:
+                container["image"] = image
+                container["imagePullPolicy"] = "Never"
+                if container.get("command"):
+                    container["command"] = ["/manager", *container["command"][1:]]
+                swapped += 1
+    assert swapped == 1, f"{ctl.name}: expected one {ctl.container!r} container, found {swapped}"
+    return docs
+
+
+def install(c: Cluster, name: str) -> float:
+    """Deploy one controller and wait until its webhooks answer. Returns the seconds it took."""
+    t0 = time.monotonic()
+    ctl = CONTROLLERS[name]
+    tar = c.images / f"launcher-{ctl.binary}.tar"
+    image = (c.images / f"launcher-{ctl.binary}.ref").read_text().strip()
+    c.import_image(tar)
+    docs = localize(render(c, ctl), ctl, image)
+    c.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+              stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), timeout=180)  # fmt: skip
+    deployments = [d["metadata"]["name"] for d in docs if d.get("kind") == "Deployment"]
+    for dep in deployments:
+        p = subprocess.run(
+            [str(c.bin / "kubectl"), "rollout", "status", f"deploy/{dep}", "-n", ctl.namespace, "--timeout=180s"],
+            capture_output=True, text=True, env=c.env(), timeout=200,
+        )  # fmt: skip
+        if p.returncode != 0:
+            log(c.kubectl("get", "pods", "-n", ctl.namespace, "-o", "wide", check=False))
+            log(c.kubectl("logs", "-n", ctl.namespace, f"deploy/{dep}", "--tail=60", check=False))
+            raise RuntimeError(f"{name}: deployment {dep} not ready: {p.stderr}")
+    hooks = {(d["kind"], d["metadata"]["name"]) for d in docs if d.get("kind", "").endswith("WebhookConfiguration")}
+    deadline = time.monotonic() + 120
+    while True:
+        missing = []
+        for kind, hook in sorted(hooks):
+            cfg = c.kubectl_json("get", kind.lower(), hook)
+            missing += [f"{hook}/{w['name']}" for w in cfg.get("webhooks", []) if not w["clientConfig"].get("caBundle")]
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name}: webhooks without a caBundle: {missing}")
+        time.sleep(1)
+    elapsed = time.monotonic() - t0
+    log(f"launcher {name} {ctl.version} installed in {elapsed:.1f}s")
+    return elapsed
+
+
+def apply_with_retry(c: Cluster, docs: list[dict[str, Any]], timeout: float = 90) -> None:
+    """A controller's webhook Service can take a moment to have ready endpoints after its
+    caBundle is set: retry creation while the API server says the webhook is unreachable."""
+    deadline = time.monotonic() + timeout
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+    while True:
+        p = subprocess.run([str(c.bin / "kubectl"), "apply", "-f", "-"], input=body, capture_output=True, text=True,
+                           env=c.env(), timeout=120)  # fmt: skip
+        if p.returncode == 0:
+            return
+        if "failed calling webhook" not in p.stderr or time.monotonic() > deadline:
+            raise RuntimeError(f"kubectl apply: {p.stderr}")
+        time.sleep(2)
