@@ -320,18 +320,38 @@ def test_pytorchjob_etcd_v2_same_name_twice(cluster: Cluster, installed: dict[st
 
 
 def test_not_opted_in_jobs_show_the_seed_symptoms(cluster: Cluster, installed: dict[str, float]) -> None:
-    """Without the webhook: the PyTorchJob's pods wait for a store nobody hosts
-    (RendezvousConnectionError), and the LWS pods, with no rendezvous settings at all, each
-    train alone (world = one node's processes): the worst outcome, and silent. Run last and one
-    at a time: under hostNetwork they need the same nodes and ports as the jobs above."""
+    """The same examples where the webhook is not enabled: LWS pods, with no rendezvous settings,
+    each train alone (the worst outcome, silent); JobSet pods hang on torchrun's default static
+    rendezvous; TrainJob's PET_MASTER_ADDR does not resolve with the node's DNS; the PyTorchJob's
+    pods wait for a store nobody hosts (RendezvousConnectionError). Run last and one at a time:
+    under hostNetwork they need the same nodes and ports as the jobs above."""
     image, sites = image_ref(cluster, "train"), torch_sites()
+
+    def alone(logs: dict[str, str], _: float) -> bool:
+        return sum(1 for t in logs.values() if ddp_ok(t, NPROC) == NPROC) >= 2
+
+    def no_store_host(logs: dict[str, str], _: float) -> bool:
+        return bool(re.search(r"RendezvousConnectionError|C10d store has failed", "\n".join(logs.values())))
+
+    def unresolvable(logs: dict[str, str], _: float) -> bool:
+        return bool(
+            re.search(r"Name or service not known|gai error|failure in name resolution", "\n".join(logs.values()))
+        )
+
+    def hangs(logs: dict[str, str], elapsed: float) -> bool:
+        # Both pods run torchrun's default static rendezvous on their own 127.0.0.1, each
+        # waiting for a second node that can never join: no progress, no error.
+        return len(logs) >= 2 and elapsed > 75 and "DDP-OK" not in "".join(logs.values())
+
     controls = (
-        ("leaderworkerset", "ddp-lws", "leaderworkerset.sigs.k8s.io/name=ddp-lws", "lws",
-         lambda logs: sum(1 for t in logs.values() if ddp_ok(t, NPROC) == NPROC) >= 2,
+        ("leaderworkerset", "ddp-lws", "leaderworkerset.sigs.k8s.io/name=ddp-lws", "lws", alone,
          f"each pod trained alone (world={NPROC}, not {2 * NPROC})"),
+        ("jobset", "ddp-jobset", "jobset.sigs.k8s.io/jobset-name=ddp-jobset", "jobset", hangs,
+         "each pod waits alone on 127.0.0.1 for a second node (hang, no error)"),
+        ("trainjob", "ddp-trainjob", "jobset.sigs.k8s.io/jobset-name=ddp-trainjob", "trainer", unresolvable,
+         "PET_MASTER_ADDR does not resolve with the node's DNS (no ClusterFirstWithHostNet)"),
         ("pytorchjob", "ddp-pytorchjob", "training.kubeflow.org/job-name=ddp-pytorchjob", "training-operator",
-         lambda logs: bool(re.search(r"RendezvousConnectionError|C10d store has failed", "\n".join(logs.values()))),
-         "no store host (RendezvousConnectionError)"),
+         no_store_host, "no store host (RendezvousConnectionError)"),
     )  # fmt: skip
     seen: dict[str, str] = {}
     for kind, name, selector, controller, symptom, what in controls:
@@ -342,7 +362,7 @@ def test_not_opted_in_jobs_show_the_seed_symptoms(cluster: Cluster, installed: d
         try:
             launchers.apply_with_retry(cluster, example(kind, OFF, image, sites))
             while time.monotonic() - t0 < 240 and kind not in seen:
-                if symptom(follower.logs):
+                if symptom(follower.logs, time.monotonic() - t0):
                     seen[kind] = what
                 time.sleep(2)
         finally:
@@ -352,4 +372,4 @@ def test_not_opted_in_jobs_show_the_seed_symptoms(cluster: Cluster, installed: d
         log(f"not opted in: {kind}: {seen.get(kind, 'no symptom')} after {time.monotonic() - t0:.0f}s")
         assert not any(WRAPPER_LINE.search(t) for t in follower.logs.values()), "an unmutated pod was wrapped"
         assert kind in seen, (kind, follower.logs)
-        assert "DDP-OK" not in "".join(follower.logs.values()) or kind == "leaderworkerset"
+        assert ddp_ok("".join(follower.logs.values()), 2 * NPROC) == 0, "trained across nodes without the webhook?"
