@@ -111,6 +111,10 @@ def load(path: str | Path | None) -> InjectConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"config: {path} is not YAML: {str(e).splitlines()[0]}") from None
-    if data is not None and not isinstance(data, dict):
+    if data is None:
+        # Loading it as "all defaults" would silently undo every setting of the cluster (say,
+        # privileged: false) when a ConfigMap is emptied by mistake.
+        raise ConfigError(f"config: {path} is empty; refused (the last good config stays in force)")
+    if not isinstance(data, dict):
         raise ConfigError(f"config: {path} must hold a mapping")
     return from_dict(data)

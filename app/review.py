@@ -99,7 +99,13 @@ def review(body: bytes, params: Params) -> Outcome:
         raise
     except Exception as e:  # never a traceback to the API server; the pod goes through unchanged
         msg = f"pod left unchanged: internal error ({type(e).__name__}); please report it"
-        return Outcome(build_response(uid, warnings=[msg]), "error", uid=uid, warnings=[msg])
+        obj = request.get("object")
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        meta = meta if isinstance(meta, dict) else {}
+        return Outcome(
+            build_response(uid, warnings=[msg]), "error", uid=uid, warnings=[msg],
+            namespace=str(request.get("namespace") or ""), name=str(meta.get("name") or meta.get("generateName") or ""),
+        )  # fmt: skip
 
 
 def _review(request: dict[str, Any], uid: str, params: Params) -> Outcome:

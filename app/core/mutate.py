@@ -157,7 +157,8 @@ def mutate(pod: Obj, params: Params) -> Result:
     port = params.config.rdzv_port
     if names.ANN_RDZV_PORT in ann:
         raw = ann[names.ANN_RDZV_PORT]
-        if raw.isdigit() and 0 < int(raw) < 65536:
+        # ASCII digits only: "²".isdigit() is true and int("²") raises.
+        if raw.isascii() and raw.isdigit() and 0 < int(raw) < 65536:
             port = int(raw)
         else:
             warnings.append(f"{names.ANN_RDZV_PORT}={raw!r} is not a port; using {port}")

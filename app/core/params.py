@@ -27,7 +27,8 @@ class Profile:
     def build(name: str, env: dict[str, Any], description: str = "") -> Profile:
         items: list[tuple[str, str]] = []
         for key, value in env.items():
-            if not isinstance(key, str) or not ALLOWED_ENV_KEY.match(key):
+            # fullmatch: `$` in a pattern also matches before a final newline ("NCCL_FOO\n").
+            if not isinstance(key, str) or not ALLOWED_ENV_KEY.fullmatch(key):
                 raise ConfigError(
                     f"profile {name!r}: env key {key!r} is not allowed; only NCCL_*, "
                     "TORCH_NCCL_*, GLOO_*, UCX_*, NVSHMEM_* keys may come from profiles"

@@ -14,7 +14,7 @@ _FACTOR = {
 
 def parse(text: str) -> int | None:
     """Bytes, or None when `text` is not a quantity this parser accepts."""
-    m = PATTERN.match(text.strip()) if text.isascii() else None
+    m = PATTERN.fullmatch(text.strip()) if text.isascii() else None
     if m is None:
         return None
     return int(float(m.group(1)) * _FACTOR[m.group(2)])

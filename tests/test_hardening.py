@@ -1,0 +1,54 @@
+"""Bad input that used to escape (issue: reliability, item 7 and 5): it gets a clear warning or
+error and changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from app import config, review
+from app.core import ConfigError, Params, Profile, mutate
+
+
+def pod(annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p-0", "namespace": "ns", "annotations": annotations},
+        "spec": {"hostNetwork": True, "hostname": "p-0", "subdomain": "p",
+                 "containers": [{"name": "c", "image": "i", "command": ["torchrun", "t.py"]}]},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("raw", ["²", "٣", "1e3", "-1", "65536", " 80"])
+def test_rdzv_port_annotation_is_parsed_strictly(raw: str) -> None:
+    result = mutate(pod({"hostnet-rdma.io/rdzv-port": raw}), Params(wrapper_payload="x"))
+    assert any("is not a port" in w for w in result.warnings), result.warnings
+
+
+def test_profile_env_key_with_a_trailing_newline_is_refused() -> None:
+    with pytest.raises(ConfigError, match="not allowed"):
+        Profile.build("p", {"NCCL_FOO\n": "1"})
+
+
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n"])
+def test_empty_config_file_is_refused(tmp_path: Path, text: str) -> None:
+    f = tmp_path / "config.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match="is empty"):
+        config.load(f)
+
+
+def test_internal_error_outcome_names_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*_: Any) -> Any:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(review, "mutate", boom)
+    body = orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                         "request": {"uid": "u1", "namespace": "ns", "operation": "CREATE",
+                                     "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": pod({})}})  # fmt: skip
+    out = review.review(body, Params())
+    assert out.outcome == "error" and out.namespace == "ns" and out.name == "p-0"
+    assert "internal error (RuntimeError)" in out.warnings[0]
