@@ -104,12 +104,18 @@ class Metrics:
             "hostnet_rdma_certificate_expiry_timestamp_seconds", "Serving certificate notAfter", registry=self.registry
         )
         self.config_reloads = Gauge("hostnet_rdma_config_reloads", "Config reloads since start", registry=self.registry)
+        self.cert_refused = Gauge(
+            "hostnet_rdma_certificate_reloads_refused",
+            "New serving certificates refused since start (unsigned by the CA, expired, wrong names, broken)",
+            registry=self.registry,
+        )
 
 
 def create_app(
     settings: ServerSettings,
     config_holder: ConfigHolder | None = None,
     cert_expiry: Callable[[], float] | None = None,
+    cert_refused: Callable[[], int] | None = None,
     on_startup: Callable[[], None] | None = None,
 ) -> WebhookApp:
     holder = config_holder or ConfigHolder(settings.config, settings.poll_seconds)
@@ -217,6 +223,8 @@ def create_app(
         if cert_expiry is not None:
             metrics.cert_expiry.set(cert_expiry())
         metrics.config_reloads.set(holder.reloads)
+        if cert_refused is not None:
+            metrics.cert_refused.set(cert_refused())
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def asgi(scope: Scope, receive: Receive, send: Send) -> None:

@@ -57,7 +57,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"hostnet-rdma: error: {e}", file=sys.stderr)
         return 2
     try:
-        cert = tls.ReloadingCert(settings.cert_dir, settings.poll_seconds)
+        # Self-managed: a reloaded certificate must also name the Service the API server calls.
+        names: tuple[str, ...] = ()
+        if args.self_managed_certs:
+            namespace = args.namespace or os.environ.get("POD_NAMESPACE", "")
+            names = tuple(tls.service_names(args.service, namespace, holder.config.cluster_domain) + args.extra_san)
+        cert = tls.ReloadingCert(settings.cert_dir, settings.poll_seconds, names)
     except (OSError, ValueError) as e:
         print(
             f"hostnet-rdma: error: cannot load {settings.cert_dir}/{tls.CERT_FILE} and {tls.KEY_FILE}: {e}. "
@@ -71,7 +76,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cert.start()
         holder.start()
 
-    app = create_app(settings, holder, cert_expiry=lambda: cert.expiry.timestamp(), on_startup=_start_watchers)
+    app = create_app(settings, holder, cert_expiry=lambda: cert.expiry.timestamp(),
+                     cert_refused=lambda: cert.refused, on_startup=_start_watchers)  # fmt: skip
 
     config = uvicorn.Config(
         app,

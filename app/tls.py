@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -150,14 +151,48 @@ def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     return ctx
 
 
+def check_pair(cert_pem: bytes, ca_file: Path, names: tuple[str, ...] = ()) -> str | None:
+    """Why this serving certificate must not be served, or None: signed by the CA in the same
+    directory (when there is one), valid now, and valid for every expected name."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    now = dt.datetime.now(dt.UTC)
+    if now < cert.not_valid_before_utc:
+        return f"not valid before {cert.not_valid_before_utc.isoformat()}"
+    if now > cert.not_valid_after_utc:
+        return f"expired {cert.not_valid_after_utc.isoformat()}"
+    try:
+        ca_pem = ca_file.read_bytes()
+    except OSError:
+        ca_pem = b""
+    if ca_pem:
+        ca = x509.load_pem_x509_certificate(ca_pem)
+        try:
+            cert.verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            return f"not signed by the CA in {ca_file} ({ca.subject.rfc4514_string()})"
+    if names:
+        try:
+            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            have = set(san.get_values_for_type(x509.DNSName)) | {
+                str(i) for i in san.get_values_for_type(x509.IPAddress)
+            }
+        except x509.ExtensionNotFound:
+            have = set()
+        missing = [n for n in names if n not in have]
+        if missing:
+            return f"not valid for {', '.join(missing)}"
+    return None
+
+
 class ReloadingCert:
     """Owns the live SSLContext; swaps its certificate when the files change.
 
-    New handshakes use the new pair; a broken new pair is refused and the old one stays.
-    Watched and polled by app.filewatch.
+    New handshakes use the new pair; a pair that does not load, is not signed by the CA in the
+    same directory, is not valid now, or does not name every expected host is refused (logged,
+    counted) and the old one stays. Watched and polled by app.filewatch.
     """
 
-    def __init__(self, directory: Path, poll_seconds: float = 10.0) -> None:
+    def __init__(self, directory: Path, poll_seconds: float = 10.0, names: tuple[str, ...] = ()) -> None:
         self.directory = directory
         self.cert_file = directory / CERT_FILE
         self.key_file = directory / KEY_FILE
@@ -168,6 +203,8 @@ class ReloadingCert:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.reloads = 0
+        self.refused = 0
+        self.names = names
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -196,9 +233,14 @@ class ReloadingCert:
             try:
                 # Validate on a throwaway context first: a bad pair must not break serving.
                 server_context(self.cert_file, self.key_file)
+                why = check_pair(current[0], self.directory / CA_FILE, self.names)
+                if why is not None:
+                    raise ValueError(why)
                 self.context.load_cert_chain(str(self.cert_file), str(self.key_file))
             except (ssl.SSLError, OSError, ValueError) as e:
                 log.warning("new certificate in %s not loaded, serving the old one: %s", self.directory, e)
+                self.refused += 1
+                self._fingerprint = current  # report once per new pair, not every poll
                 return False
             self._fingerprint = current
             self.expiry = not_after(current[0])

@@ -51,3 +51,71 @@ def test_dev_certs_are_reused_while_valid(tmp_path: Path) -> None:
     tls.dev_certs(tmp_path)
     assert (tmp_path / tls.CERT_FILE).read_bytes() == first
     assert tls.not_after(first) - dt.datetime.now(dt.UTC) > dt.timedelta(days=300)
+
+
+# ---------------------------------------------------------------- reload refuses unchecked pairs
+
+
+def _expired(ca: tls.Pair, hosts: list[str]) -> tls.Pair:
+    """A pair signed by `ca` whose validity ended yesterday."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=30))
+        .not_valid_after(now - dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(h) for h in hosts]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return tls.Pair(cert.public_bytes(serialization.Encoding.PEM), pem)
+
+
+NAMES = ("svc", "svc.ns", "svc.ns.svc")
+
+
+def _serving(tmp_path: Path) -> tuple[tls.Pair, tls.ReloadingCert]:
+    ca = tls.make_ca()
+    tls.write_dir(tmp_path, tls.make_serving(ca, list(NAMES)), ca)
+    return ca, tls.ReloadingCert(tmp_path, names=NAMES)
+
+
+def test_reload_accepts_a_rotation_by_the_same_ca(tmp_path: Path) -> None:
+    ca, cert = _serving(tmp_path)
+    tls.write_dir(tmp_path, tls.make_serving(ca, list(NAMES)))
+    assert cert.check() and cert.reloads == 1 and cert.refused == 0
+
+
+def test_reload_refuses_a_pair_from_another_ca(tmp_path: Path) -> None:
+    _, cert = _serving(tmp_path)
+    before = cert.expiry
+    tls.write_dir(tmp_path, tls.make_serving(tls.make_ca("someone-else"), list(NAMES)))
+    assert not cert.check()
+    assert cert.refused == 1 and cert.reloads == 0 and cert.expiry == before
+
+
+def test_reload_refuses_an_expired_pair(tmp_path: Path) -> None:
+    ca, cert = _serving(tmp_path)
+    tls.write_dir(tmp_path, _expired(ca, list(NAMES)))
+    assert not cert.check() and cert.refused == 1
+
+
+def test_reload_refuses_a_pair_for_other_names(tmp_path: Path) -> None:
+    ca, cert = _serving(tmp_path)
+    tls.write_dir(tmp_path, tls.make_serving(ca, ["other.example"]))
+    assert not cert.check() and cert.refused == 1
+    assert tls.check_pair((tmp_path / tls.CERT_FILE).read_bytes(), tmp_path / tls.CA_FILE, NAMES) == (
+        "not valid for svc, svc.ns, svc.ns.svc"
+    )
