@@ -87,6 +87,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level="warning",
         access_log=False,
         timeout_keep_alive=30,
+        # On SIGTERM: stop accepting, finish in-flight requests, but never hang on a slow client.
+        timeout_graceful_shutdown=20,
     )
     log.info("serving https://%s:%s (certs %s)", settings.host, settings.port, settings.cert_dir)
     if args.dev:
