@@ -111,7 +111,9 @@ class Kube:
                   "Deployment": "deployments", "PodDisruptionBudget": "poddisruptionbudgets", "Role": "roles",
                   "RoleBinding": "rolebindings", "ClusterRole": "clusterroles",
                   "ClusterRoleBinding": "clusterrolebindings", "Pod": "pods",
-                  "MutatingWebhookConfiguration": "mutatingwebhookconfigurations"}[kind]  # fmt: skip
+                  "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+                  "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+                  "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[kind]  # fmt: skip
         base = "/api/v1" if api == "v1" else f"/apis/{api}"
         path = f"{base}/namespaces/{ns}/{plural}/{name}" if ns else f"{base}/{plural}/{name}"
         return self.http.patch(
