@@ -49,6 +49,11 @@ class _Wrapper(_Strict):
     fabric_preflight: Literal["warn", "strict", "off"] = Field("warn", alias="fabricPreflight")
 
 
+class _Limits(_Strict):
+    max_training_containers: int = Field(8, alias="maxTrainingContainers", ge=1, le=64)
+    max_patch_bytes: int = Field(1 << 20, alias="maxPatchBytes", ge=64 << 10, le=3 << 20)
+
+
 class _Profile(_Strict):
     description: str = ""
     env: dict[str, str | int | float] = {}
@@ -59,6 +64,7 @@ class _File(_Strict):
     wrapper: _Wrapper = _Wrapper()  # type: ignore[call-arg]
     cluster_domain: str = Field("cluster.local", alias="clusterDomain")
     rdma_resource_prefixes: list[str] = Field(["rdma/"], alias="rdmaResourcePrefixes")
+    limits: _Limits = _Limits()  # type: ignore[call-arg]
     default_profile: str = Field("default", alias="defaultProfile")
     profiles: dict[str, _Profile] = {}
 
@@ -94,6 +100,8 @@ def from_dict(data: dict[str, Any] | None) -> InjectConfig:
         min_torch=w.min_torch,
         fabric_preflight=w.fabric_preflight,
         rdma_resource_prefixes=tuple(parsed.rdma_resource_prefixes),
+        max_training_containers=parsed.limits.max_training_containers,
+        max_patch_bytes=parsed.limits.max_patch_bytes,
         profiles=profiles,
         default_profile=parsed.default_profile,
     )

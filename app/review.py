@@ -137,6 +137,11 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> Outcome:
             build_response(uid, warnings=result.warnings), "unchanged", launcher, uid, namespace, name, result.warnings
         )
     ops = jsonpatch_.diff(pod, result.pod)  # result.changed: there is at least one op
+    size = len(orjson.dumps(ops))
+    if size > params.config.max_patch_bytes:
+        msg = (f"pod left unchanged: its patch would be {size} bytes, over the bound of "
+               f"{params.config.max_patch_bytes} (config limits.maxPatchBytes)")  # fmt: skip
+        return Outcome(build_response(uid, warnings=[msg]), "unsupported", launcher, uid, namespace, name, [msg])
     return Outcome(
         build_response(uid, ops, result.warnings), "mutated", launcher, uid, namespace, name, result.warnings
     )

@@ -52,3 +52,50 @@ def test_internal_error_outcome_names_the_pod(monkeypatch: pytest.MonkeyPatch) -
     out = review.review(body, Params())
     assert out.outcome == "error" and out.namespace == "ns" and out.name == "p-0"
     assert "internal error (RuntimeError)" in out.warnings[0]
+
+
+# ---------------------------------------------------------------- amplification (item 1)
+
+
+def _many(n: int) -> dict[str, Any]:
+    p = pod({})
+    p["spec"]["containers"] = [{"name": f"c{i}", "image": "i", "command": ["torchrun", "t.py"]} for i in range(n)]
+    return p
+
+
+def _review_body(p: dict[str, Any]) -> bytes:
+    return orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                         "request": {"uid": "u1", "namespace": "ns", "operation": "CREATE",
+                                     "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": p}})  # fmt: skip
+
+
+def test_too_many_training_containers_is_admitted_unchanged_with_the_bound_named() -> None:
+    from app.wrapper import payload
+
+    body = _review_body(_many(200))
+    out = review.review(body, Params(wrapper_payload=payload()))
+    assert out.outcome == "unsupported"
+    assert "200 training containers, more than the bound of 8" in out.warnings[0]
+    assert b'"patch"' not in out.body and len(out.body) < 2_000  # no amplification: 200 x 14 KB before
+
+
+def test_patch_over_the_byte_bound_is_admitted_unchanged() -> None:
+    from dataclasses import replace
+
+    from app.core import InjectConfig
+    from app.wrapper import payload
+
+    params = Params(config=replace(InjectConfig(), max_patch_bytes=64 << 10), wrapper_payload=payload())
+    out = review.review(_review_body(_many(6)), params)  # 6 wrapped containers: ~90 KB of patch
+    assert out.outcome == "unsupported" and "over the bound of 65536" in out.warnings[0], out.warnings
+    assert b'"patch"' not in out.body
+
+
+def test_config_limits_are_read_and_bounded(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("limits: {maxTrainingContainers: 2, maxPatchBytes: 131072}\n")
+    cfg = config.load(f)
+    assert (cfg.max_training_containers, cfg.max_patch_bytes) == (2, 131072)
+    f.write_text("limits: {maxTrainingContainers: 0}\n")
+    with pytest.raises(ConfigError, match=r"limits\.maxTrainingContainers"):
+        config.load(f)

@@ -165,6 +165,11 @@ def mutate(pod: Obj, params: Params) -> Result:
     info = launchers.describe(out, port)
     profile, profile_reason = profiles.select(out, params.config, warnings)
     training = _training_containers(out, info, ann, warnings, params.config.rdma_resource_prefixes)
+    if len(training) > params.config.max_training_containers:
+        raise UnsupportedPod(
+            f"{len(training)} training containers, more than the bound of {params.config.max_training_containers} "
+            "(config limits.maxTrainingContainers); name the ones that train in the hostnet-rdma.io/containers annotation"
+        )
     skip = frozenset(s.strip() for s in ann.get(names.ANN_SKIP, "").split(",") if s.strip())
     unknown = sorted(skip - set(STEP_NAMES))
     if unknown:

@@ -88,6 +88,10 @@ class InjectConfig:
     min_torch: str = "2.5"
     fabric_preflight: str = "warn"
     rdma_resource_prefixes: tuple[str, ...] = ("rdma/",)
+    # Bounds on one pod's answer: every training container carries the wrapper payload, so a
+    # pod with hundreds of them would turn a small request into a huge response.
+    max_training_containers: int = 8
+    max_patch_bytes: int = 1 << 20
     profiles: dict[str, Profile] = field(default_factory=lambda: dict(BUILTIN_PROFILES))
     default_profile: str = "default"
 
