@@ -22,8 +22,7 @@ from tests.cluster.harness import (
     new_workdir,
 )
 from tests.cluster.release import RELEASE, RELEASE_NS, helm, install, namespaces
-
-TIMINGS: dict[str, float] = {}
+from tests.cluster.timings import TIMINGS
 
 
 @pytest.fixture(scope="package")

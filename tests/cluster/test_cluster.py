@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from tests.cluster import jobs
-from tests.cluster.conftest import TIMINGS, secret_ca, torch_sites
+from tests.cluster.conftest import secret_ca, torch_sites
 from tests.cluster.harness import Cluster
 from tests.cluster.release import OFF, ON, RELEASE, RELEASE_NS, helm, image_ref
+from tests.cluster.timings import TIMINGS
 
 # Ports of the c10d store: jobs that overlap in time on the host network need their own.
 PORT, UNMUTATED_PORT = 29400, 29401

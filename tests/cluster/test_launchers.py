@@ -27,9 +27,10 @@ import pytest
 import yaml
 
 from tests.cluster import launchers
-from tests.cluster.conftest import TIMINGS, torch_sites
+from tests.cluster.conftest import torch_sites
 from tests.cluster.harness import ROOT, Cluster, log
 from tests.cluster.release import OFF, image_ref
+from tests.cluster.timings import TIMINGS
 
 pytestmark = pytest.mark.cluster
 
