@@ -79,8 +79,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(settings, holder, cert_expiry=lambda: cert.expiry.timestamp(),
                      cert_refused=lambda: cert.refused, on_startup=_start_watchers)  # fmt: skip
 
+    from app.protocol import bounded_protocol
+
     config = uvicorn.Config(
         app,
+        http=bounded_protocol(settings.request_timeout_seconds, settings.max_header_bytes),
         host=settings.host,
         port=settings.port,
         ssl_context_factory=lambda _cfg, _default: cert.context,

@@ -17,6 +17,9 @@ class ServerSettings(BaseSettings):
     # Config and cert files are also polled, for volumes whose updates watchers miss.
     poll_seconds: float = 10.0
     max_body_bytes: int = 7 * 1024 * 1024
+    # Every request must arrive whole within this many seconds, with headers under this size.
+    request_timeout_seconds: float = 10.0
+    max_header_bytes: int = 64 * 1024
     log_level: str = "info"
     # Namespace assumed when a review carries none.
     default_namespace: str = "default"

@@ -1,0 +1,82 @@
+"""uvicorn's HTTP protocol with bounds on what a client may hold open.
+
+uvicorn closes idle keep-alive connections only after a first response, never times out a
+request that arrives slowly, and (httptools) accepts headers of any size: anyone who can reach
+the webhook could hold connections and memory without limit. Here every request must arrive
+whole within `request_timeout` seconds of the connection (or of its first byte, after the
+first), and its headers must fit in `max_header_bytes`; otherwise the connection is closed (431
+for oversized headers). The TLS handshake is bounded by asyncio (60 s); idle keep-alive by
+uvicorn's timeout_keep_alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger("hostnet_rdma.server")
+
+
+def bounded_protocol(request_timeout: float, max_header_bytes: int) -> type[asyncio.Protocol]:
+    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._request_timer: asyncio.TimerHandle | None = None
+            self._header_bytes = 0
+            self._in_headers = True
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._request_timer = self.loop.call_later(request_timeout, self._expire)
+
+        def _disarm(self) -> None:
+            if self._request_timer is not None:
+                self._request_timer.cancel()
+                self._request_timer = None
+
+        def _expire(self) -> None:
+            self._request_timer = None
+            if not self.transport.is_closing():
+                log.debug("closing a connection whose request did not arrive within %ss", request_timeout)
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()  # a connection that never sends a request is closed too
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self._request_timer is None and not self.transport.is_closing():
+                self._arm()  # the first byte of a later request on a kept-alive connection
+            headers_pending = self._in_headers
+            super().data_received(data)
+            # Count only what arrived while the headers were still incomplete after parsing
+            # (a chunk that completes them may carry a large body: that is not header bytes).
+            if headers_pending and self._in_headers and not self.transport.is_closing():
+                self._header_bytes += len(data)
+                if self._header_bytes > max_header_bytes:
+                    self._disarm()
+                    self.transport.write(
+                        b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    )
+                    self.transport.close()
+
+        def on_message_begin(self) -> None:
+            self._in_headers, self._header_bytes = True, 0
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self._in_headers = False
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self._disarm()  # the whole request arrived; answering it is the app's business
+            super().on_message_complete()
+
+    return BoundedHttpToolsProtocol

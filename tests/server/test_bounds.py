@@ -1,0 +1,75 @@
+"""Every connection bounded (issue: reliability, item 2): a client that connects and sends
+nothing, stops in the middle of its headers or its body, or sends oversized headers is cut off
+within the bound, and the server keeps answering real reviews, large ones included."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.server.conftest import Server, start_server
+from tests.server.test_server import post, review
+
+pytestmark = pytest.mark.server
+TIMEOUT = 2.0
+
+
+@pytest.fixture
+def bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    monkeypatch.setenv("HOSTNET_RDMA_REQUEST_TIMEOUT_SECONDS", str(TIMEOUT))
+    monkeypatch.setenv("HOSTNET_RDMA_MAX_HEADER_BYTES", "8192")
+    s = start_server(tmp_path)
+    yield s
+    s.proc.terminate()
+    s.proc.wait(timeout=10)
+
+
+def hostile(server: Server, payload: bytes) -> tuple[float, bytes]:
+    """Open a TLS connection, send `payload`, then wait: seconds until the server closed it."""
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    conn = server.trust().wrap_socket(raw, server_hostname="localhost")
+    start = time.monotonic()
+    if payload:
+        conn.sendall(payload)
+    received = b""
+    try:
+        while chunk := conn.recv(4096):
+            received += chunk
+    except (ssl.SSLError, ConnectionResetError):
+        pass
+    finally:
+        conn.close()
+    return time.monotonic() - start, received
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"POST /mutate HTTP/1.1\r\nHost: x\r\n",
+     b"POST /mutate HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"a\":"],
+    ids=["idle", "partial-headers", "partial-body"],
+)  # fmt: skip
+def test_slow_or_silent_clients_are_cut_off(bounded: Server, payload: bytes) -> None:
+    elapsed, _ = hostile(bounded, payload)
+    assert elapsed < TIMEOUT + 3, f"connection held {elapsed:.1f}s"
+
+
+def test_oversized_headers_get_431(bounded: Server) -> None:
+    elapsed, got = hostile(bounded, b"POST /mutate HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000)
+    assert got.startswith(b"HTTP/1.1 431"), got[:100]
+    assert elapsed < TIMEOUT
+
+
+def test_real_reviews_still_pass_large_and_kept_alive(bounded: Server) -> None:
+    big = review()
+    big["request"]["object"]["metadata"]["annotations"] = {"example.com/blob": "x" * 2_000_000}
+    with bounded.client() as c:
+        for body in (review(), big, review()):
+            r = post(c, body)
+            assert r.status_code == 200 and r.json()["response"]["allowed"] is True
+        time.sleep(TIMEOUT + 1)  # idle between requests is keep-alive's business, not the request bound
+        assert post(c, review()).status_code == 200
