@@ -295,18 +295,25 @@ def fabric_preflight(plan: rules.Plan, env: Mapping[str, str]) -> None:
         )
 
 
+def _dry_run(
+    new_args: List[str], plan: rules.Plan, env: Mapping[str, str], extra_env: Dict[str, str], notes: List[str]
+) -> None:
+    """HOSTNET_RDMA_DRY_RUN: the log lines and the fabric checks, then the final argv as JSON."""
+    _report(plan, env, extra_env, notes)
+    try:
+        fabric_preflight(plan, env)
+    except PreflightError as e:
+        log(f"error: {e}")
+    sys.stdout.write(json.dumps(["torchrun", *new_args]) + "\n")
+    sys.stdout.flush()
+
+
 def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
     """The PATH shim's entry: decide, check, then exec the real torchrun."""
     env = dict(os.environ if env is None else env)
     new_args, plan, extra_env, notes = plan_for(args, env)
     if truthy(env.get(rules.ENV_DRY_RUN)):
-        _report(plan, env, extra_env, notes)
-        try:
-            fabric_preflight(plan, env)
-        except PreflightError as e:
-            log(f"error: {e}")
-        sys.stdout.write(json.dumps(["torchrun", *new_args]) + "\n")
-        sys.stdout.flush()
+        _dry_run(new_args, plan, env, extra_env, notes)
         return 0
     real = find_real_torchrun(env)
     if real is None:
@@ -334,13 +341,7 @@ def intercept(argv: List[str]) -> None:
     env = os.environ
     new_args, plan, extra_env, notes = plan_for(argv[1:], env)
     if truthy(env.get(rules.ENV_DRY_RUN)):
-        _report(plan, env, extra_env, notes)
-        try:
-            fabric_preflight(plan, env)
-        except PreflightError as e:
-            log(f"error: {e}")
-        sys.stdout.write(json.dumps(["torchrun", *new_args]) + "\n")
-        sys.stdout.flush()
+        _dry_run(new_args, plan, env, extra_env, notes)
         os._exit(0)
     try:
         if plan.backend not in ("help", "standalone", "unparsed"):
