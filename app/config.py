@@ -5,7 +5,8 @@ Example (every key optional; profiles are merged over the built-in ones):
     inject: {dns: true, infiniband: true, shm: true, shmSize: 32Gi, capabilities: true,
              privileged: true, ncclEnv: true, wrap: true}
     wrapper: {glooSocketIfname: true, ncclSocketIfname: false, dnsTimeoutSeconds: 300,
-              minTorch: "2.5", rdzvPort: 23456}
+              minTorch: "2.5", rdzvPort: 23456, delivery: initContainer, image: "",
+              imagePullPolicy: IfNotPresent}
     clusterDomain: cluster.local
     rdmaResourcePrefixes: ["rdma/"]
     defaultProfile: default
@@ -47,6 +48,9 @@ class _Wrapper(_Strict):
     min_torch: str = Field("2.5", alias="minTorch", pattern=r"^\d+(\.\d+){0,2}$")
     rdzv_port: int = Field(23456, alias="rdzvPort", ge=1, le=65535)
     fabric_preflight: Literal["warn", "strict", "off"] = Field("warn", alias="fabricPreflight")
+    delivery: Literal["initContainer", "inline"] = "initContainer"
+    image: str = Field("", pattern=r"^[^\s]*$", max_length=512)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", alias="imagePullPolicy")
 
 
 class _Limits(_Strict):
@@ -99,6 +103,9 @@ def from_dict(data: dict[str, Any] | None) -> InjectConfig:
         dns_timeout_seconds=w.dns_timeout_seconds,
         min_torch=w.min_torch,
         fabric_preflight=w.fabric_preflight,
+        wrapper_delivery=w.delivery,
+        wrapper_image=w.image,
+        wrapper_image_pull_policy=w.image_pull_policy,
         rdma_resource_prefixes=tuple(parsed.rdma_resource_prefixes),
         max_training_containers=parsed.limits.max_training_containers,
         max_patch_bytes=parsed.limits.max_patch_bytes,

@@ -1,4 +1,6 @@
-"""Golden files: tests/golden/<launcher>/<case>.yaml -> <case>.expected.yaml.
+"""Golden files: tests/golden/<launcher>/<case>.yaml -> <case>.expected.yaml, with the built-in
+config (no wrapper image, so the wrapper is inlined); tests/golden-init/<case>.yaml with the
+chart's default delivery, an init container from the webhook's image (INIT_CONFIG).
 
 REFRESH_GOLDEN=1 rewrites the expected files. Each case also applies the JSON Patch to the
 input (what the API server does) and checks that a second pass changes nothing.
@@ -14,18 +16,24 @@ from typing import Any
 import pytest
 import yaml
 
+from app import config
 from app.core import Params, mutate
 from app.core import patch as jp
 
 GOLDEN = Path(__file__).parent / "golden"
+GOLDEN_INIT = Path(__file__).parent / "golden-init"
 INPUTS = sorted(p for p in GOLDEN.glob("*/*.yaml") if not p.name.endswith(".expected.yaml"))
+INIT_INPUTS = sorted(p for p in GOLDEN_INIT.glob("*.yaml") if not p.name.endswith(".expected.yaml"))
+INIT_CONFIG = config.from_dict({"wrapper": {"delivery": "initContainer", "image": "registry.example/hostnet-rdma:0.1.0"}})
 REFRESH = os.environ.get("REFRESH_GOLDEN", "") not in ("", "0", "false")
 # A fixed stand-in keeps golden files readable and stable when the wrapper source changes.
 PAYLOAD = "<wrapper-payload>"
 
 
-def params_for(pod: dict[str, Any]) -> Params:
+def params_for(pod: dict[str, Any], case: Path | None = None) -> Params:
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
+    if case is not None and case.parent == GOLDEN_INIT:
+        return Params(config=INIT_CONFIG, namespace=ns, wrapper_payload=PAYLOAD, version="test")
     return Params(namespace=ns, wrapper_payload=PAYLOAD, version="test")
 
 
@@ -37,10 +45,10 @@ def expected_path(case: Path) -> Path:
     return case.with_name(case.name[: -len(".yaml")] + ".expected.yaml")
 
 
-@pytest.mark.parametrize("case", INPUTS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("case", INPUTS + INIT_INPUTS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_golden(case: Path) -> None:
     pod = yaml.safe_load(case.read_text())
-    result = mutate(pod, params_for(pod))
+    result = mutate(pod, params_for(pod, case))
     got = dump({"warnings": result.warnings, "pod": result.pod})
     exp_file = expected_path(case)
     if REFRESH or not exp_file.exists():
@@ -56,14 +64,14 @@ def test_golden(case: Path) -> None:
     ops = jp.diff(pod, result.pod)
     assert jp.apply(pod, ops) == result.pod
     # Idempotency: reinvocation and re-submission happen for real.
-    again = mutate(result.pod, params_for(result.pod))
+    again = mutate(result.pod, params_for(result.pod, case))
     assert again.pod == result.pod, "second pass changed the pod"
     assert jp.diff(result.pod, again.pod) == []
 
 
 def test_no_stale_goldens() -> None:
-    inputs = {expected_path(p) for p in INPUTS}
-    stale = [str(p) for p in GOLDEN.glob("*/*.expected.yaml") if p not in inputs]
+    inputs = {expected_path(p) for p in INPUTS + INIT_INPUTS}
+    stale = [str(p) for p in [*GOLDEN.glob("*/*.expected.yaml"), *GOLDEN_INIT.glob("*.expected.yaml")] if p not in inputs]
     assert not stale, f"expected files without an input case: {stale}"
 
 

@@ -1,5 +1,7 @@
-"""torchrun is caught however it is started: the real bootstrap installs the wrapper files,
-then each launch form runs (dry run: the wrapper prints the argv torchrun would get).
+"""torchrun is caught however it is started: the real bootstrap installs the wrapper files
+(inline delivery) or finds them where the init container's `python3 -m app.wrapper.install`
+put them (initContainer delivery), then each launch form runs (dry run: the wrapper prints
+the argv torchrun would get). Every test runs with both deliveries.
 
 Fake `torchrun` scripts and a fake `torch.distributed.run` module stand in for torch here
 (the rendezvous tier runs the same forms with real torch across two nodes)."""
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from app.core import names
-from app.core.wrap import BOOTSTRAP
+from app.core.wrap import BOOTSTRAP, BOOTSTRAP_INSTALLED, INSTALLED
 from app.wrapper import payload
 
 ENV = {
@@ -36,8 +38,8 @@ print("REAL-TORCHRUN " + json.dumps(sys.argv[1:]))
 """
 
 
-@pytest.fixture
-def sandbox(tmp_path: Path) -> dict[str, Path]:
+@pytest.fixture(params=["inline", "initContainer"])
+def sandbox(tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Path]:
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
     script = venv / "torchrun"
@@ -52,7 +54,12 @@ def sandbox(tmp_path: Path) -> dict[str, Path]:
     image_site = tmp_path / "image-site"
     image_site.mkdir()
     (image_site / "sitecustomize.py").write_text("import sys\nsys.stderr.write('IMAGE-SITECUSTOMIZE\\n')\n")
-    return {"venv": venv, "torch": fake_torch.parent.parent, "image_site": image_site, "bin": tmp_path / "bin"}
+    bin_dir = tmp_path / "bin"
+    if request.param == "initContainer":
+        # What the init container runs (from the webhook image; here this interpreter).
+        subprocess.run([sys.executable, "-m", "app.wrapper.install", str(bin_dir)], check=True, capture_output=True)
+    return {"venv": venv, "torch": fake_torch.parent.parent, "image_site": image_site, "bin": bin_dir,
+            "delivery": Path(request.param)}  # fmt: skip
 
 
 def run(sandbox: dict[str, Path], command: list[str], **extra: str) -> subprocess.CompletedProcess[str]:
@@ -65,7 +72,10 @@ def run(sandbox: dict[str, Path], command: list[str], **extra: str) -> subproces
         **ENV,
         **extra,
     }
-    argv = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, payload(), *command]
+    if str(sandbox["delivery"]) == "initContainer":
+        argv = ["/bin/sh", "-c", BOOTSTRAP_INSTALLED, names.BOOTSTRAP_ARGV0, INSTALLED, *command]
+    else:
+        argv = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, payload(), *command]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -150,3 +160,30 @@ def test_user_pythonpath_is_kept_after_ours(sandbox: dict[str, Path]) -> None:
     parts = p.stdout.strip().split(os.pathsep)
     assert parts[0] == str(sandbox["bin"] / "py")
     assert parts[1:] == [str(sandbox["torch"]), str(sandbox["image_site"])]
+
+
+def test_installed_delivery_without_the_files_runs_unwrapped_and_says_so(tmp_path: Path) -> None:
+    """The init container did not run (or wrote elsewhere): the command still runs, with a line
+    saying torchrun is not wrapped, instead of a pod that fails to start."""
+    env = {"PATH": "/usr/bin:/bin", names.ENV_PREFIX + "BIN_DIR": str(tmp_path / "empty")}
+    argv = ["/bin/sh", "-c", BOOTSTRAP_INSTALLED, names.BOOTSTRAP_ARGV0, INSTALLED, "echo", "ran"]
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stdout.strip() == "ran"
+    assert f"the torchrun wrapper is not installed in {tmp_path / 'empty'}" in p.stderr
+
+
+def test_install_writes_the_files_atomically_and_reports_failure(tmp_path: Path) -> None:
+    from app.wrapper import FILES, install
+
+    written = install.install(tmp_path / "bin")
+    assert sorted(p.name for p in written) == sorted([*FILES, "torchrun"])
+    assert os.access(tmp_path / "bin" / "torchrun", os.X_OK)
+    assert not [p for p in (tmp_path / "bin").rglob("*.*[0-9]")], "temporary files left behind"
+    for name, source in FILES.items():
+        assert (tmp_path / "bin" / "py" / name).read_text() == source.read_text()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    p = subprocess.run([sys.executable, "-m", "app.wrapper.install", str(blocker / "bin")],
+                       capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert p.returncode == 1
+    assert f"cannot install the torchrun wrapper into {blocker / 'bin'}" in p.stderr

@@ -30,6 +30,8 @@ VOLUME_PREFIX = "hostnet-rdma-"
 VOL_INFINIBAND = "hostnet-rdma-infiniband"
 VOL_SHM = "hostnet-rdma-shm"
 VOL_BIN = "hostnet-rdma-bin"
+# The init container that copies the wrapper into VOL_BIN (wrapper.delivery: initContainer).
+INIT_CONTAINER = "hostnet-rdma-wrapper"
 BIN_DIR = "/hostnet-rdma"
 INFINIBAND_PATH = "/dev/infiniband"
 SHM_PATH = "/dev/shm"

@@ -87,6 +87,12 @@ class InjectConfig:
     dns_timeout_seconds: int = 300
     min_torch: str = "2.5"
     fabric_preflight: str = "warn"
+    # How the wrapper files reach the pod: "initContainer" copies them from wrapper_image into
+    # the injected emptyDir (small pod spec); "inline" carries them in the command (no image
+    # pull). With no image configured (the CLI, no config) there is nothing to copy from: inline.
+    wrapper_delivery: str = "initContainer"
+    wrapper_image: str = ""
+    wrapper_image_pull_policy: str = "IfNotPresent"
     rdma_resource_prefixes: tuple[str, ...] = ("rdma/",)
     # Bounds on one pod's answer: every training container carries the wrapper payload, so a
     # pod with hundreds of them would turn a small request into a huge response.

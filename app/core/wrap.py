@@ -17,7 +17,7 @@ from typing import Any
 
 from app.core import names
 from app.core.inject import Context, Outcome
-from app.core.podspec import Env, add_mount, add_volume, child
+from app.core.podspec import Env, add_mount, add_volume, child, child_list, find_named
 from app.wrapper import rules
 
 Obj = dict[str, Any]
@@ -52,6 +52,22 @@ BOOTSTRAP = (
     "fi\n"
     'exec "$@"\n'
 )
+
+# The bootstrap when an init container installed the files (wrapper.delivery: initContainer):
+# nothing to write, so it is short; $1 is a placeholder for the payload.
+BOOTSTRAP_INSTALLED = (
+    "d=${HOSTNET_RDMA_BIN_DIR:-" + names.BIN_DIR + "}\n"
+    "shift\n"
+    'p="`command -v python3 || command -v python`"\n'
+    'if [ -n "$p" ] && [ -x "$d/torchrun" ]; then\n'
+    '  ' + rules.ENV_PYTHON + '="$p"; PATH="$d:$PATH"; PYTHONPATH="$d/py${PYTHONPATH:+:$PYTHONPATH}"\n'
+    "  export " + rules.ENV_PYTHON + " PATH PYTHONPATH\n"
+    "else\n"
+    '  echo "hostnet-rdma: the torchrun wrapper is not installed in $d (no python3 in this image?); running without it" >&2\n'
+    "fi\n"
+    'exec "$@"\n'
+)
+INSTALLED = "-"  # the payload argument when the files come from the init container
 
 _TORCHRUN = re.compile(r"(^|[\s/;&|(`\"'])torchrun($|[\s;&|)`\"'])")
 _MODULE_RUN = re.compile(r"torch\.distributed\.(run|launch)\b")
@@ -195,9 +211,10 @@ def wrap(pod: Obj, ctx: Context) -> Outcome:
             "spec.subdomain with a headless Service); torchrun is not wrapped"
         )
         return "no stable DNS name for this pod"
-    if not ctx.params.wrapper_payload:
-        return "no wrapper payload configured"
     cfg = ctx.params.config
+    init_image = cfg.wrapper_image if cfg.wrapper_delivery == "initContainer" else ""
+    if not init_image and not ctx.params.wrapper_payload:
+        return "no wrapper payload configured"
     identities = info.identities(ctx.params.namespace, cfg.cluster_domain)
     owned = {
         names.ENV_LAUNCHER: info.launcher,
@@ -227,9 +244,42 @@ def wrap(pod: Obj, ctx: Context) -> Outcome:
             continue
         _endpoint_check(c, ctx, owned)
         rest = c["command"][5:] if is_wrapped(c) else list(c["command"])
-        c["command"] = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, ctx.params.wrapper_payload, *rest]
+        if init_image:
+            c["command"] = ["/bin/sh", "-c", BOOTSTRAP_INSTALLED, names.BOOTSTRAP_ARGV0, INSTALLED, *rest]
+        else:
+            c["command"] = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, ctx.params.wrapper_payload, *rest]
         add_mount(c, names.VOL_BIN, names.BIN_DIR)
         wrapped_any = True
     if wrapped_any:
-        add_volume(child(pod, "spec"), {"name": names.VOL_BIN, "emptyDir": {"sizeLimit": "16Mi"}})
+        spec = child(pod, "spec")
+        add_volume(spec, {"name": names.VOL_BIN, "emptyDir": {"sizeLimit": "16Mi"}})
+        if init_image:
+            _add_init_container(spec, init_image, cfg.wrapper_image_pull_policy)
     return None
+
+
+def _add_init_container(spec: Obj, image: str, pull_policy: str) -> None:
+    """The init container that copies the wrapper from the webhook's image into the emptyDir.
+    Last among init containers: it needs nothing from the others, and a native sidecar the
+    user puts first keeps its place."""
+    inits = child_list(spec, "initContainers")
+    if find_named(inits, names.INIT_CONTAINER) is not None:
+        return
+    inits.append(
+        {
+            "name": names.INIT_CONTAINER,
+            "image": image,
+            "imagePullPolicy": pull_policy,
+            "command": ["python3", "-m", "app.wrapper.install", names.BIN_DIR],
+            # Requests so a namespace with a ResourceQuota admits the pod; copying four files
+            # needs little. The pod's effective request is the max over init containers, so
+            # this does not add to what the training containers ask for.
+            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"]},
+            },
+            "volumeMounts": [{"name": names.VOL_BIN, "mountPath": names.BIN_DIR}],
+        }
+    )

@@ -37,6 +37,8 @@ ENV_DNS_TIMEOUT = "HOSTNET_RDMA_DNS_TIMEOUT"
 ENV_MIN_TORCH = "HOSTNET_RDMA_MIN_TORCH"
 ENV_DRY_RUN = "HOSTNET_RDMA_DRY_RUN"
 ENV_BIN_DIR = "HOSTNET_RDMA_BIN_DIR"
+# The container's python, found by the bootstrap; the shim an init container installs runs it.
+ENV_PYTHON = "HOSTNET_RDMA_PYTHON"
 # warn (default) | strict (refuse to start on a fabric problem) | off
 ENV_FABRIC_PREFLIGHT = "HOSTNET_RDMA_FABRIC_PREFLIGHT"
 # Where /sys and /proc are read from (tests and `doctor --sysfs-root`); default "/".

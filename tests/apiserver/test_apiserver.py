@@ -392,3 +392,28 @@ def test_explain_a_live_pod(plane: ControlPlane, kube: Kube, webhook: Webhook) -
     p = subprocess.run([sys.executable, "-m", "app.cli", "explain", "explain-off", "-n", OFF, "--kubeconfig", str(plane.kubeconfig)],
                        capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert p.returncode == 1 and f"NO  namespace {OFF} lacks the label" in p.stdout
+
+
+@pytest.mark.parametrize("case", sorted(p for p in (ROOT / "tests" / "golden-init").glob("*.yaml")
+                                        if not p.name.endswith(".expected.yaml")), ids=lambda p: p.stem)  # fmt: skip
+def test_init_container_delivery_is_a_pod_the_api_server_accepts(kube: Kube, case: Path) -> None:
+    """The chart's default delivery (an init container from the webhook's image): the API server
+    validates and stores the pod as the core made it (created where no webhook runs)."""
+    from tests.test_golden import INIT_CONFIG
+
+    pod = load(case)
+    pod["metadata"]["name"] = f"init-{case.stem}"
+    want = mutate({**pod, "metadata": {**pod["metadata"], "namespace": OFF}},
+                  Params(config=INIT_CONFIG, namespace=OFF, wrapper_payload=payload(), version="0.1.0")).pod  # fmt: skip
+    r = kube.create_pod(OFF, want)
+    assert r.status_code == 201, r.text
+    stored = r.json()["spec"]
+    want_inits = want["spec"].get("initContainers") or []
+    assert [c["name"] for c in stored.get("initContainers") or []] == [c["name"] for c in want_inits]
+    for got_c, want_c in zip(stored.get("initContainers") or [], want_inits, strict=True):
+        if want_c["name"] != "hostnet-rdma-wrapper":
+            continue
+        for key in ("image", "command", "resources", "securityContext", "volumeMounts"):
+            assert got_c.get(key) == want_c.get(key), (case.stem, key)
+    for got_c, want_c in zip(stored["containers"], want["spec"]["containers"], strict=True):
+        assert got_c.get("command") == want_c.get("command")
