@@ -94,6 +94,21 @@ def loadgen(
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+HELM = Path(os.environ.get("HOSTNET_RDMA_CACHE", Path.home() / ".cache" / "hostnet-rdma")) / "bin" / "k8s-1.36.3" / "helm"
+
+
+def chart_config(work: Path, *sets: str) -> Path:
+    """The config file the chart's ConfigMap gives the webhook (its defaults, plus `sets`): the
+    webhook is benchmarked as a user runs it, e.g. with the init-container wrapper delivery."""
+    out = subprocess.run([str(HELM), "template", "b", "charts/hostnet-rdma", "--kube-version", "1.36.3",
+                          "--show-only", "templates/configmap.yaml", *[a for s in sets for a in ("--set", s)]],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    path = work / f"config-{len(list(work.glob('config-*.yaml')))}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_load(out)["data"]["config.yaml"])
+    return path
+
+
 def start_targets(work: Path, bin_dir: Path) -> dict[str, tuple[str, subprocess.Popen[bytes]]]:
     ca = tls.make_ca()
     tls.write_dir(work / "tls", tls.make_serving(ca, ["127.0.0.1"]), ca)
@@ -102,7 +117,7 @@ def start_targets(work: Path, bin_dir: Path) -> dict[str, tuple[str, subprocess.
     port = free_port()
     ours = subprocess.Popen(
         pin(0, [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                "--cert-dir", str(work / "tls")]),
+                "--cert-dir", str(work / "tls"), "--config", str(chart_config(work))]),
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("wb"),
         env=dict(os.environ),  # default log level: one JSON line per admission, as in production
     )  # fmt: skip
@@ -129,7 +144,9 @@ def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
     from tests.apiserver.controlplane import ControlPlane
 
     plane = ControlPlane.start(work / "cp")
-    hook = start_webhook(work / "hook")
+    hook = start_webhook(work / "hook", extra=["--config", str(chart_config(work))])
+    # The same chart with wrapper.delivery=inline, behind its own registration (namespace bench-inline).
+    inline_hook = start_webhook(work / "hook-inline", extra=["--config", str(chart_config(work, "config.wrapper.delivery=inline"))])
     try:
         kube = Kube(plane)
         kube.namespace(
@@ -162,6 +179,14 @@ def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
         go_hook["namespaceSelector"] = {"matchLabels": {"bench": "go"}}
         kube.namespace("bench-go", {"bench": "go", "pod-security.kubernetes.io/enforce": "privileged"})
         kube.ok("POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", go_mwc)
+        inline_mwc = json.loads(json.dumps(mwc))
+        inline_mwc["metadata"] = {"name": "bench-inline"}
+        inline_hook_cfg = inline_mwc["webhooks"][0]
+        inline_hook_cfg["name"] = "inline.bench.example.com"
+        inline_hook_cfg["clientConfig"] = {"url": inline_hook.url, "caBundle": base64.b64encode(inline_hook.ca.cert_pem).decode()}
+        inline_hook_cfg["namespaceSelector"] = {"matchLabels": {"bench": "inline"}}
+        kube.namespace("bench-inline", {"bench": "inline", "pod-security.kubernetes.io/enforce": "privileged"})
+        kube.ok("POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", inline_mwc)
         pod = yaml.safe_load((ROOT / "tests/golden/volcano/plain-c10d-worker-1.yaml").read_text())
         pod["metadata"].pop("name")
         pod["metadata"]["generateName"] = "bench-"
@@ -175,10 +200,15 @@ def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
         while kube.create_pod("bench-go", pod).json()["spec"].get("dnsPolicy") != "ClusterFirstWithHostNet":
             assert time.monotonic() < deadline
             time.sleep(0.2)
+        while "hostnet-rdma.io/injected" not in (
+            kube.create_pod("bench-inline", pod).json()["metadata"].get("annotations") or {}
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
         # Our webhook with the wrapper off isolates what the inlined wrapper costs the API server.
         nowrap = json.loads(json.dumps(pod))
         nowrap["metadata"].setdefault("annotations", {})["hostnet-rdma.io/wrap"] = "false"
-        variants = {"bench-on": pod, "bench-nowrap": nowrap, "bench-go": pod, "bench-off": pod}
+        variants = {"bench-on": pod, "bench-inline": pod, "bench-nowrap": nowrap, "bench-go": pod, "bench-off": pod}
         for ns, body in variants.items():
             for _ in range(20):
                 kube.create_pod(ns, body)
@@ -197,16 +227,20 @@ def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
             return {"mean_ms": round(statistics.fmean(xs), 3), "p50_ms": round(xs[len(xs) // 2], 3),
                     "p99_ms": round(xs[int(0.99 * (len(xs) - 1))], 3), "stored_pod_bytes": stored_bytes[ns]}  # fmt: skip
 
-        s_on, s_nowrap, s_go, s_off = (stats(ns) for ns in variants)
-        return {"pods_each": pods, "with_webhook": s_on, "with_webhook_wrap_off": s_nowrap,
+        s_on, s_inline, s_nowrap, s_go, s_off = (stats(ns) for ns in variants)
+        return {"pods_each": pods, "with_webhook": s_on, "with_webhook_inline_delivery": s_inline,
+                "with_webhook_wrap_off": s_nowrap,
                 "with_go_baseline_webhook": s_go, "without_webhook": s_off,
                 "overhead_ratio_mean": round(s_on["mean_ms"] / s_off["mean_ms"], 3),
                 "overhead_ratio_p50": round(s_on["p50_ms"] / s_off["p50_ms"], 3),
                 "wrap_off_overhead_ratio_mean": round(s_nowrap["mean_ms"] / s_off["mean_ms"], 3),
                 "go_baseline_overhead_ratio_mean": round(s_go["mean_ms"] / s_off["mean_ms"], 3),
-                "ours_vs_go_baseline_mean": round(s_on["mean_ms"] / s_go["mean_ms"], 3)}  # fmt: skip
+                "ours_vs_go_baseline_mean": round(s_on["mean_ms"] / s_go["mean_ms"], 3),
+                "ours_vs_go_baseline_stored_bytes": round(s_on["stored_pod_bytes"] / s_go["stored_pod_bytes"], 3),
+                "inline_vs_go_baseline_mean": round(s_inline["mean_ms"] / s_go["mean_ms"], 3)}  # fmt: skip
     finally:
         hook.proc.terminate()
+        inline_hook.proc.terminate()
         if "go" in locals():
             go.terminate()
         plane.stop()

@@ -36,8 +36,11 @@ type op struct {
 	Value interface{} `json:"value,omitempty"`
 }
 
+// The built-in BM.GPU4.8 profile, all nine keys (the same static env the webhook injects).
 var ncclEnv = [][2]string{
-	{"NCCL_DEBUG", "INFO"}, {"NCCL_IB_GID_INDEX", "3"}, {"NCCL_IB_TC", "41"}, {"NCCL_IB_SL", "0"},
+	{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_SUBSYS", "INIT,NET"},
+	{"NCCL_IB_HCA", "=mlx5_0,mlx5_2,mlx5_6,mlx5_8,mlx5_10,mlx5_12,mlx5_14,mlx5_16,mlx5_1,mlx5_3,mlx5_7,mlx5_9,mlx5_11,mlx5_13,mlx5_15,mlx5_17"},
+	{"NCCL_IB_GID_INDEX", "3"}, {"NCCL_IB_TC", "41"}, {"NCCL_IB_SL", "0"},
 	{"NCCL_IB_TIMEOUT", "22"}, {"NCCL_IB_QPS_PER_CONNECTION", "4"}, {"NCCL_IB_SPLIT_DATA_ON_QPS", "0"},
 }
 
