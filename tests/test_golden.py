@@ -24,7 +24,9 @@ GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_INIT = Path(__file__).parent / "golden-init"
 INPUTS = sorted(p for p in GOLDEN.glob("*/*.yaml") if not p.name.endswith(".expected.yaml"))
 INIT_INPUTS = sorted(p for p in GOLDEN_INIT.glob("*.yaml") if not p.name.endswith(".expected.yaml"))
-INIT_CONFIG = config.from_dict({"wrapper": {"delivery": "initContainer", "image": "registry.example/hostnet-rdma:0.1.0"}})
+INIT_CONFIG = config.from_dict(
+    {"wrapper": {"delivery": "initContainer", "image": "registry.example/hostnet-rdma:0.1.0"}}
+)
 REFRESH = os.environ.get("REFRESH_GOLDEN", "") not in ("", "0", "false")
 # A fixed stand-in keeps golden files readable and stable when the wrapper source changes.
 PAYLOAD = "<wrapper-payload>"
@@ -71,7 +73,9 @@ def test_golden(case: Path) -> None:
 
 def test_no_stale_goldens() -> None:
     inputs = {expected_path(p) for p in INPUTS + INIT_INPUTS}
-    stale = [str(p) for p in [*GOLDEN.glob("*/*.expected.yaml"), *GOLDEN_INIT.glob("*.expected.yaml")] if p not in inputs]
+    stale = [
+        str(p) for p in [*GOLDEN.glob("*/*.expected.yaml"), *GOLDEN_INIT.glob("*.expected.yaml")] if p not in inputs
+    ]
     assert not stale, f"expected files without an input case: {stale}"
 
 

@@ -184,3 +184,50 @@ def test_input_is_never_modified(pod: dict[str, Any]) -> None:
     with contextlib.suppress(UnsupportedPod):
         mutate(pod, PARAMS)
     assert pod == snapshot
+
+
+def _shlex_words(script: str) -> list[str]:
+    import shlex
+
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    return list(lexer)
+
+
+@settings(max_examples=3000)
+@given(st.text(alphabet="ab1-=/.,:;&|()<>$x{} \t\r\n\x0b\x0c\u00a0", max_size=40))
+def test_fast_script_split_is_shlex(script: str) -> None:
+    """The regex split used for scripts without quotes/escapes/comments is shlex's split."""
+    from app.core.wrap import split_script
+
+    assert split_script(script) == _shlex_words(script)
+
+
+@settings(max_examples=1000)
+@given(st.text(alphabet="ab1-=/ ;&|\"'\\#\n", max_size=30))
+def test_script_split_with_quotes_is_shlex(script: str) -> None:
+    from app.core.wrap import split_script
+
+    try:
+        want = _shlex_words(script)
+    except ValueError:  # unbalanced quotes: both refuse
+        with contextlib.suppress(ValueError):
+            split_script(script)
+            raise AssertionError("split_script accepted what shlex refuses") from None
+        return
+    assert split_script(script) == want
+
+
+@settings(max_examples=3000)
+@given(st.one_of(st.ip_addresses().map(str), st.text(alphabet="0123456789abcdefgx.:%-", max_size=45)))
+def test_fast_ip_check_agrees_with_ipaddress(host: str) -> None:
+    import ipaddress
+
+    from app.wrapper.rules import is_ip
+
+    try:
+        ipaddress.ip_address(host)
+        want = True
+    except ValueError:
+        want = False
+    assert is_ip(host) is want

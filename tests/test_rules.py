@@ -183,3 +183,18 @@ def test_admission_fallback_reaches_the_wrappers_decision(pet: dict[str, str]) -
     _, by_torchrun = rules.merge(["t.py"], pet_env)
     for field in ("backend", "endpoint", "local_addr", "rdzv_id", "is_host", "nnodes"):
         assert getattr(by_torchrun, field) == getattr(by_wrapper, field), (field, pet)
+
+
+def test_wrapper_defaults_match_the_cluster_config_defaults() -> None:
+    """The webhook omits env equal to the wrapper's defaults, so the two must not drift."""
+    from app.core.params import InjectConfig
+
+    cfg = InjectConfig()
+    want = {
+        rules.ENV_GLOO_IFNAME: "1" if cfg.gloo_socket_ifname else "0",
+        rules.ENV_NCCL_IFNAME: "1" if cfg.nccl_socket_ifname else "0",
+        rules.ENV_DNS_TIMEOUT: str(cfg.dns_timeout_seconds),
+        rules.ENV_MIN_TORCH: cfg.min_torch,
+        rules.ENV_FABRIC_PREFLIGHT: cfg.fabric_preflight,
+    }
+    assert want == rules.DEFAULTS

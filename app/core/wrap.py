@@ -60,7 +60,7 @@ BOOTSTRAP_INSTALLED = (
     "shift\n"
     'p="`command -v python3 || command -v python`"\n'
     'if [ -n "$p" ] && [ -x "$d/torchrun" ]; then\n'
-    '  ' + rules.ENV_PYTHON + '="$p"; PATH="$d:$PATH"; PYTHONPATH="$d/py${PYTHONPATH:+:$PYTHONPATH}"\n'
+    "  " + rules.ENV_PYTHON + '="$p"; PATH="$d:$PATH"; PYTHONPATH="$d/py${PYTHONPATH:+:$PYTHONPATH}"\n'
     "  export " + rules.ENV_PYTHON + " PATH PYTHONPATH\n"
     "else\n"
     '  echo "hostnet-rdma: the torchrun wrapper is not installed in $d (no python3 in this image?); running without it" >&2\n'
@@ -96,12 +96,25 @@ _SHELL_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;"}
 _DOLLAR_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+# A script without quotes, escapes or comments splits the same with this regex as with shlex
+# (words, and runs of shlex's punctuation characters), 10x faster; the property test checks it.
+_NEEDS_SHLEX = re.compile(r"[\"'\\#]")
+_PLAIN_WORDS = re.compile(r"[();<>|&]+|[^ \t\r\n();<>|&]+")  # shlex's whitespace only
+
+
+def split_script(script: str) -> list[str]:
+    """`sh -c` script -> words and operators, as shlex (posix, punctuation_chars) splits it."""
+    if not _NEEDS_SHLEX.search(script):
+        return _PLAIN_WORDS.findall(script)
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    return list(lexer)
+
+
 def _tokens(argv: list[str]) -> list[str]:
     """The container's command as words, a `sh -c STRING` split as the shell would (best effort)."""
     if len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in _SHELLS and argv[1].startswith("-") and "c" in argv[1]:
-        lexer = shlex.shlex(argv[2], posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        return list(lexer)
+        return split_script(argv[2])
     return argv
 
 
@@ -231,7 +244,8 @@ def wrap(pod: Obj, ctx: Context) -> Outcome:
         names.ENV_MIN_TORCH: cfg.min_torch,
         names.ENV_FABRIC_PREFLIGHT: _fabric_mode(ctx),
     }
-    owned = {k: v for k, v in owned.items() if v}
+    # Empty values and the wrapper's own defaults are not sent: every byte is in every pod.
+    owned = {k: v for k, v in owned.items() if v and v != rules.DEFAULTS.get(k)}
     containers = child(pod, "spec").get("containers") or []
     wrapped_any = False
     for index in ctx.training:

@@ -14,7 +14,7 @@ from app.wrapper import FILES
 from app.wrapper.rules import ENV_PYTHON
 
 # `${0%/*}`: the directory the shim was found in, so the files may be mounted anywhere.
-SHIM = '#!/bin/sh\nexec "${%s:-python3}" "${0%%/*}/py/hostnet_rdma_torchrun.py" "$@"\n' % ENV_PYTHON
+SHIM = '#!/bin/sh\nexec "${' + ENV_PYTHON + ':-python3}" "${0%/*}/py/hostnet_rdma_torchrun.py" "$@"\n'
 
 
 def _write(path: Path, data: str, mode: int) -> None:

@@ -46,6 +46,16 @@ ENV_SYSFS_ROOT = "HOSTNET_RDMA_SYSFS_ROOT"
 # Set by the wrapper on the process it execs, so the start-up hook does not handle it twice.
 ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
 
+# The wrapper's behaviour when the webhook does not set these: the webhook sets them only when
+# the cluster config differs (fewer bytes in every pod). InjectConfig's defaults match (tested).
+DEFAULTS = {
+    ENV_GLOO_IFNAME: "1",
+    ENV_NCCL_IFNAME: "0",
+    ENV_DNS_TIMEOUT: "300",
+    ENV_MIN_TORCH: "2.5",
+    ENV_FABRIC_PREFLIGHT: "warn",
+}
+
 ETCD_BACKENDS = ("etcd", "etcd-v2")
 
 # ---------------------------------------------------------------------------- argv
@@ -211,7 +221,15 @@ def endpoint_host(endpoint: str) -> str:
     return host.lower().rstrip(".")
 
 
+_IP_CHARS = frozenset("0123456789abcdefABCDEF.:")
+
+
 def is_ip(host: str) -> bool:
+    # Fast reject (every admission asks this of a DNS name): the address part of an IP literal
+    # is hex digits, dots and colons only; ipaddress's failure path costs ~20 us.
+    address = host.split("%", 1)[0]
+    if not address or not _IP_CHARS.issuperset(address):
+        return False
     try:
         ipaddress.ip_address(host)
     except ValueError:

@@ -206,7 +206,7 @@ def check_torch_version(version: str, minimum: str) -> None:
 def preflight(plan: rules.Plan, env: Mapping[str, str], interpreter: Optional[str]) -> None:
     code, out = run_in(interpreter, "import importlib.metadata as m; print(m.version('torch'))")
     if code == 0 and out:
-        check_torch_version(out.splitlines()[-1], env.get(rules.ENV_MIN_TORCH, "2.5"))
+        check_torch_version(out.splitlines()[-1], env.get(rules.ENV_MIN_TORCH) or rules.DEFAULTS[rules.ENV_MIN_TORCH])
     if plan.backend in ETCD_BACKENDS:
         code, out = run_in(interpreter, "import etcd")
         if code != 0:
@@ -214,7 +214,7 @@ def preflight(plan: rules.Plan, env: Mapping[str, str], interpreter: Optional[st
                 f"rendezvous backend {plan.backend} needs the `etcd` module (python-etcd), which "
                 "this image lacks. Install it first: `pip install python-etcd==0.4.5`. See " + README_TROUBLESHOOTING
             )
-    timeout = float(env.get(rules.ENV_DNS_TIMEOUT, "300") or 300)
+    timeout = float(env.get(rules.ENV_DNS_TIMEOUT) or rules.DEFAULTS[rules.ENV_DNS_TIMEOUT])
     if plan.local_addr:
         wait_resolvable(plan.local_addr, timeout, "this pod's DNS name (--local-addr)")
     host = endpoint_host(plan.endpoint) if plan.endpoint else ""
@@ -233,9 +233,13 @@ def socket_ifnames(plan: rules.Plan, env: Mapping[str, str]) -> Tuple[Dict[str, 
     images, and every cross-node connect is refused.
     """
     wanted = []
-    if truthy(env.get(rules.ENV_GLOO_IFNAME, "1")) and not env.get("GLOO_SOCKET_IFNAME"):
+    if truthy(env.get(rules.ENV_GLOO_IFNAME, rules.DEFAULTS[rules.ENV_GLOO_IFNAME])) and not env.get(
+        "GLOO_SOCKET_IFNAME"
+    ):
         wanted.append("GLOO_SOCKET_IFNAME")
-    if truthy(env.get(rules.ENV_NCCL_IFNAME, "0")) and not env.get("NCCL_SOCKET_IFNAME"):
+    if truthy(env.get(rules.ENV_NCCL_IFNAME, rules.DEFAULTS[rules.ENV_NCCL_IFNAME])) and not env.get(
+        "NCCL_SOCKET_IFNAME"
+    ):
         wanted.append("NCCL_SOCKET_IFNAME")
     name = plan.local_addr or env.get(rules.ENV_LOCAL_ADDR, "")
     if not wanted or not name:
@@ -276,7 +280,7 @@ def _report(plan: rules.Plan, env: Mapping[str, str], extra_env: Dict[str, str],
 def fabric_preflight(plan: rules.Plan, env: Mapping[str, str]) -> None:
     """The RDMA checks for the NCCL env this torchrun runs with: one line per problem and a
     summary; warnings by default, a refusal to start in strict mode."""
-    mode = (env.get(rules.ENV_FABRIC_PREFLIGHT) or "warn").strip().lower()
+    mode = (env.get(rules.ENV_FABRIC_PREFLIGHT) or rules.DEFAULTS[rules.ENV_FABRIC_PREFLIGHT]).strip().lower()
     if mode == "off" or plan.backend in ("help", "unparsed"):
         return
     findings = fabric.check(

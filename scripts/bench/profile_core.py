@@ -30,7 +30,10 @@ def main() -> None:
                 pods.append(pod)
     bodies = [orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                             "request": {"uid": "u", "operation": "CREATE", "object": p}}) for p in pods]  # fmt: skip
-    params = Params(namespace="default", wrapper_payload=payload(), version="bench")
+    from app import config
+
+    cfg = config.from_dict({"wrapper": {"image": "registry.example/hostnet-rdma:bench"}})
+    params = Params(config=cfg, namespace="default", wrapper_payload=payload(), version="bench")
     results = [mutate(p, params).pod for p in pods]
     ops = [jp.diff(a, b) for a, b in zip(pods, results, strict=True)]
     n = 5000

@@ -94,7 +94,9 @@ def loadgen(
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-HELM = Path(os.environ.get("HOSTNET_RDMA_CACHE", Path.home() / ".cache" / "hostnet-rdma")) / "bin" / "k8s-1.36.3" / "helm"
+HELM = (
+    Path(os.environ.get("HOSTNET_RDMA_CACHE", Path.home() / ".cache" / "hostnet-rdma")) / "bin" / "k8s-1.36.3" / "helm"
+)
 
 
 def chart_config(work: Path, *sets: str) -> Path:
@@ -146,7 +148,9 @@ def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
     plane = ControlPlane.start(work / "cp")
     hook = start_webhook(work / "hook", extra=["--config", str(chart_config(work))])
     # The same chart with wrapper.delivery=inline, behind its own registration (namespace bench-inline).
-    inline_hook = start_webhook(work / "hook-inline", extra=["--config", str(chart_config(work, "config.wrapper.delivery=inline"))])
+    inline_hook = start_webhook(
+        work / "hook-inline", extra=["--config", str(chart_config(work, "config.wrapper.delivery=inline"))]
+    )
     try:
         kube = Kube(plane)
         kube.namespace(
@@ -183,7 +187,10 @@ def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
         inline_mwc["metadata"] = {"name": "bench-inline"}
         inline_hook_cfg = inline_mwc["webhooks"][0]
         inline_hook_cfg["name"] = "inline.bench.example.com"
-        inline_hook_cfg["clientConfig"] = {"url": inline_hook.url, "caBundle": base64.b64encode(inline_hook.ca.cert_pem).decode()}
+        inline_hook_cfg["clientConfig"] = {
+            "url": inline_hook.url,
+            "caBundle": base64.b64encode(inline_hook.ca.cert_pem).decode(),
+        }
         inline_hook_cfg["namespaceSelector"] = {"matchLabels": {"bench": "inline"}}
         kube.namespace("bench-inline", {"bench": "inline", "pod-security.kubernetes.io/enforce": "privileged"})
         kube.ok("POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", inline_mwc)
