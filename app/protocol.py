@@ -7,6 +7,12 @@ whole within `request_timeout` seconds of the connection (or of its first byte, 
 first), and its headers must fit in `max_header_bytes`; otherwise the connection is closed (431
 for oversized headers). The TLS handshake is bounded by asyncio (60 s); idle keep-alive by
 uvicorn's timeout_keep_alive.
+
+Graceful shutdown without lost requests: uvicorn closes an idle keep-alive connection at once,
+racing a request the client may be sending on it (the API server does not retry a POST whose
+connection closed unanswered; failurePolicy decides the pod). Here a draining connection
+answers whatever arrives within `drain_idle` seconds, with `connection: close`, and only a
+connection that stays idle that long is closed.
 """
 
 from __future__ import annotations
@@ -20,13 +26,15 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 log = logging.getLogger("hostnet_rdma.server")
 
 
-def bounded_protocol(request_timeout: float, max_header_bytes: int) -> type[asyncio.Protocol]:
+def bounded_protocol(request_timeout: float, max_header_bytes: int, drain_idle: float = 1.0) -> type[asyncio.Protocol]:
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._request_timer: asyncio.TimerHandle | None = None
             self._header_bytes = 0
             self._in_headers = True
+            self._draining = False
+            self._drain_timer: asyncio.TimerHandle | None = None
 
         def _arm(self) -> None:
             self._disarm()
@@ -49,7 +57,29 @@ def bounded_protocol(request_timeout: float, max_header_bytes: int) -> type[asyn
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._drain_timer is not None:
+                self._drain_timer.cancel()
             super().connection_lost(exc)
+
+        def shutdown(self) -> None:
+            self._draining = True
+            if self.cycle is None or self.cycle.response_complete:
+                # Idle: a request may be in flight towards us. Serve it (see on_headers_complete),
+                # or close once the connection has stayed idle for drain_idle seconds.
+                self._drain_timer = self.loop.call_later(drain_idle, self._close_if_idle)
+            else:
+                self.cycle.keep_alive = False  # close after this response
+
+        def _close_if_idle(self) -> None:
+            self._drain_timer = None
+            if (self.cycle is None or self.cycle.response_complete) and not self._in_request():
+                self.transport.close()
+            else:
+                self._drain_timer = self.loop.call_later(drain_idle, self._close_if_idle)
+
+        def _in_request(self) -> bool:
+            # Bytes of a next request arrived (the request timer is armed by its first byte).
+            return self._request_timer is not None
 
         def data_received(self, data: bytes) -> None:
             if self._request_timer is None and not self.transport.is_closing():
@@ -74,6 +104,8 @@ def bounded_protocol(request_timeout: float, max_header_bytes: int) -> type[asyn
         def on_headers_complete(self) -> None:
             self._in_headers = False
             super().on_headers_complete()
+            if self._draining and self.cycle is not None:
+                self.cycle.keep_alive = False  # answered with connection: close, then closed
 
         def on_message_complete(self) -> None:
             self._disarm()  # the whole request arrived; answering it is the app's business

@@ -127,6 +127,8 @@ def create_app(
         if on_startup is not None:
             on_startup()
         yield
+        # uvicorn runs this after its graceful drain: every received request was answered.
+        logging.getLogger("hostnet_rdma.server").info("stopped: connections drained")
 
     app = FastAPI(title="hostnet-rdma", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.config = holder

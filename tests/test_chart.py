@@ -26,6 +26,10 @@ MODES = {
                             "--set", "certs.certManager.issuerRef.kind=ClusterIssuer"],
     "provided": ["--set", "certs.mode=provided", "--set", "certs.provided.secretName=my-tls",
                  "--set", "certs.provided.caBundle=LS0tLS1CRUdJTi0tLS0t"],
+    "network-policy": ["--set", "networkPolicy.enabled=true", "--set", "networkPolicy.apiServerCIDRs={10.0.0.0/24}",
+                       "--set-json", 'networkPolicy.metricsFrom=[{"namespaceSelector": {"matchLabels": '
+                                     '{"kubernetes.io/metadata.name": "monitoring"}}}]'],
+    "inline-wrapper": ["--set", "config.wrapper.delivery=inline"],
 }  # fmt: skip
 
 
@@ -129,8 +133,11 @@ def test_webhook_configuration() -> None:
         (["--set", "config.profiles.x.env.LD_PRELOAD=/evil.so"], "LD_PRELOAD"),
         (["--set", "config.inject.shmSize=lots"], "at '/config/inject/shmSize'"),
         (["--set", "certs.mode=provided"], "certs.provided.secretName is required when certs.mode=provided"),
+        (["--set", "networkPolicy.enabled=true"], "networkPolicy.enabled needs networkPolicy.apiServerCIDRs"),
+        (["--set", "networkPolicy.apiServerCIDRs={everywhere}"], "at '/networkPolicy/apiServerCIDRs/0'"),
+        (["--set", "config.wrapper.delivery=sidecar"], "at '/config/wrapper/delivery'"),
     ],
-    ids=["typo", "type", "enum", "env-key", "quantity", "required"],
+    ids=["typo", "type", "enum", "env-key", "quantity", "required", "netpol-cidrs", "netpol-cidr", "delivery"],
 )
 def test_bad_values_fail_with_a_readable_error(args: list[str], message: str) -> None:
     p = template(*args)
@@ -191,3 +198,30 @@ def test_examples_opt_in_and_mutate(example: Path) -> None:
         for c in t["spec"]["containers"]:
             argv = " ".join(c.get("command", []) + c.get("args", []))
             assert "--local-addr" not in argv and "is_host" not in argv
+
+
+def test_network_policy_admits_only_the_api_server_helm_test_and_metrics_peers() -> None:
+    assert not [d for d in docs("default") if d["kind"] == "NetworkPolicy"], "off by default"
+    (policy,) = [d for d in docs("network-policy") if d["kind"] == "NetworkPolicy"]
+    deployment = next(d for d in docs("network-policy") if d["kind"] == "Deployment")
+    assert policy["spec"]["podSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "https", "protocol": "TCP"}]
+    test_pod = next(d for d in docs("network-policy") if d["kind"] == "Pod")
+    peers = rule["from"]
+    assert peers[0] == {"ipBlock": {"cidr": "10.0.0.0/24"}}
+    labels = peers[1]["podSelector"]["matchLabels"]
+    assert labels.items() <= test_pod["metadata"]["labels"].items(), "the helm test pod must be let in"
+    assert peers[2] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+
+
+def test_init_container_delivery_uses_the_chart_image_by_default() -> None:
+    cm = next(d for d in docs("default") if d["kind"] == "ConfigMap")
+    wrapper = yaml.safe_load(cm["data"]["config.yaml"])["wrapper"]
+    deployment = next(d for d in docs("default") if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert wrapper["delivery"] == "initContainer"
+    assert (wrapper["image"], wrapper["imagePullPolicy"]) == (container["image"], container["imagePullPolicy"])
+    inline = next(d for d in docs("inline-wrapper") if d["kind"] == "ConfigMap")
+    assert yaml.safe_load(inline["data"]["config.yaml"])["wrapper"]["delivery"] == "inline"
