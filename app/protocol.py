@@ -18,7 +18,10 @@ connection that stays idle that long is closed.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -26,7 +29,25 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 log = logging.getLogger("hostnet_rdma.server")
 
 
-def bounded_protocol(request_timeout: float, max_header_bytes: int, drain_idle: float = 1.0) -> type[asyncio.Protocol]:
+def _malloc_trim() -> Callable[[], object]:
+    """glibc's malloc_trim: OpenSSL's per-connection buffers are freed into malloc's arenas,
+    which keep the pages; without this RSS stays at its peak after a burst of connections."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        return lambda: None
+    return lambda: trim(0)
+
+
+def bounded_protocol(
+    request_timeout: float, max_header_bytes: int, max_connections: int = 1000, drain_idle: float = 1.0
+) -> type[asyncio.Protocol]:
+    trim = _malloc_trim()
+    # Trim when the connection count falls back below a quarter of a peak of at least 256.
+    peak = [0]
+    over = [False]
+
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -53,6 +74,15 @@ def bounded_protocol(request_timeout: float, max_header_bytes: int, drain_idle: 
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            open_now = len(self.server_state.connections)
+            peak[0] = max(peak[0], open_now)
+            if open_now > max_connections:
+                if not over[0]:  # once per burst, not once per connection
+                    log.warning("closing new connections: %d open, over the bound of %d", open_now, max_connections)
+                over[0] = True
+                self.transport.close()
+                return
+            over[0] = False
             self._arm()  # a connection that never sends a request is closed too
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -60,6 +90,9 @@ def bounded_protocol(request_timeout: float, max_header_bytes: int, drain_idle: 
             if self._drain_timer is not None:
                 self._drain_timer.cancel()
             super().connection_lost(exc)
+            if peak[0] >= 256 and len(self.server_state.connections) < peak[0] // 4:
+                peak[0] = len(self.server_state.connections)
+                trim()
 
         def shutdown(self) -> None:
             self._draining = True

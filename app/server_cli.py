@@ -83,7 +83,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     config = uvicorn.Config(
         app,
-        http=bounded_protocol(settings.request_timeout_seconds, settings.max_header_bytes),
+        http=bounded_protocol(settings.request_timeout_seconds, settings.max_header_bytes, settings.max_connections),
         host=settings.host,
         port=settings.port,
         ssl_context_factory=lambda _cfg, _default: cert.context,

@@ -20,6 +20,9 @@ class ServerSettings(BaseSettings):
     # Every request must arrive whole within this many seconds, with headers under this size.
     request_timeout_seconds: float = 10.0
     max_header_bytes: int = 64 * 1024
+    # Open connections beyond this are closed once accepted: each idle TLS connection holds
+    # ~30 KB, and the API servers need a few dozen (BENCHMARKS.md, idle connections).
+    max_connections: int = 1000
     log_level: str = "info"
     # Namespace assumed when a review carries none.
     default_namespace: str = "default"

@@ -17,12 +17,14 @@ from tests.server.test_server import post, review
 
 pytestmark = pytest.mark.server
 TIMEOUT = 2.0
+MAX_CONNECTIONS = 20
 
 
 @pytest.fixture
 def bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
     monkeypatch.setenv("HOSTNET_RDMA_REQUEST_TIMEOUT_SECONDS", str(TIMEOUT))
     monkeypatch.setenv("HOSTNET_RDMA_MAX_HEADER_BYTES", "8192")
+    monkeypatch.setenv("HOSTNET_RDMA_MAX_CONNECTIONS", str(MAX_CONNECTIONS))
     s = start_server(tmp_path)
     yield s
     s.proc.terminate()
@@ -73,3 +75,31 @@ def test_real_reviews_still_pass_large_and_kept_alive(bounded: Server) -> None:
             assert r.status_code == 200 and r.json()["response"]["allowed"] is True
         time.sleep(TIMEOUT + 1)  # idle between requests is keep-alive's business, not the request bound
         assert post(c, review()).status_code == 200
+
+
+def test_connections_over_the_bound_are_closed_and_reviews_still_pass(bounded: Server) -> None:
+    """Idle TLS connections cost memory (~30 KB each): past max_connections, new ones are
+    closed at once, the ones within the bound are kept, and a real review still gets through
+    once some are gone."""
+    conns = []
+    for _ in range(MAX_CONNECTIONS + 10):
+        raw = socket.create_connection(("127.0.0.1", bounded.port), timeout=30)
+        conns.append(bounded.trust().wrap_socket(raw, server_hostname="localhost"))
+    time.sleep(0.5)  # well inside the request timeout, which would close them all
+    closed = 0
+    for conn in conns:
+        conn.setblocking(False)
+        try:
+            closed += conn.recv(1) == b""
+        except ssl.SSLWantReadError:
+            pass  # nothing to read and not closed: kept, within the bound
+        except (ssl.SSLError, ConnectionResetError):
+            closed += 1
+    assert closed == 10, closed
+    for conn in conns:
+        conn.close()
+    time.sleep(0.3)
+    with bounded.client() as c:
+        r = post(c, review())
+        assert r.status_code == 200 and r.json()["response"]["allowed"] is True
+    assert "closing new connections: 21 open, over the bound of 20" in bounded.log.read_text()
