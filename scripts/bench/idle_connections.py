@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import resource
 import ssl
@@ -55,10 +56,8 @@ async def hold(port: int, ca: Path, n: int, concurrency: int) -> dict[str, Any]:
     opened = time.monotonic() - started
 
     async def closed_by_server(reader: asyncio.StreamReader) -> float:
-        try:
+        with contextlib.suppress(OSError, asyncio.TimeoutError, ssl.SSLError):
             await asyncio.wait_for(reader.read(1), timeout=60)
-        except (OSError, asyncio.TimeoutError, ssl.SSLError):
-            pass
         return time.monotonic()
 
     return {"conns": conns, "failed": failed, "open_seconds": round(opened, 1), "started": started,
