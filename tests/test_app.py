@@ -1,0 +1,124 @@
+"""The admission app in-process (ASGI transport, no TLS, no subprocess): the HTTP handling of
+/mutate and the other endpoints, fast. The same behaviour over real TLS, in a real `serve`
+process, is tests/server; through a real API server, tests/apiserver."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from app import __version__, config
+from app.core import Params, mutate
+from app.core import patch as jp
+from app.server import create_app
+from app.settings import ServerSettings
+from app.wrapper import payload
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = sorted(p for p in GOLDEN.glob("*/*.yaml") if not p.name.endswith(".expected.yaml"))
+
+
+def review(pod: dict[str, Any], uid: str = "u-1", namespace: str = "team-a") -> bytes:
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {"uid": uid, "operation": "CREATE", "namespace": namespace,
+                                   "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": pod}}).encode()  # fmt: skip
+
+
+def call(method: str, path: str, body: bytes = b"", ctype: str = "application/json",
+         settings: ServerSettings | None = None) -> httpx.Response:  # fmt: skip
+    app = create_app(settings or ServerSettings(config=None))
+
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as c:
+            return await c.request(method, path, content=body, headers={"content-type": ctype})
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_golden_pod_is_answered_with_the_cores_patch(case: Path) -> None:
+    pod = yaml.safe_load(case.read_text())
+    ns = pod["metadata"].get("namespace") or "default"
+    r = call("POST", "/mutate", review(pod, uid=case.stem, namespace=ns))
+    assert r.status_code == 200
+    resp = r.json()["response"]
+    assert resp["uid"] == case.stem and resp["allowed"] is True
+    want = mutate(pod, Params(namespace=ns, wrapper_payload=payload(), version=__version__))
+    # Warnings: the core's, prefixed, whitespace folded, cut to what the API server keeps.
+    got_warnings = resp.get("warnings", [])
+    assert len(got_warnings) == len(want.warnings)
+    for got, w in zip(got_warnings, want.warnings, strict=True):
+        assert got.startswith("hostnet-rdma: ") and len(got) <= 240
+        assert " ".join(w.split()).startswith(got.removeprefix("hostnet-rdma: ").removesuffix("..."))
+    if "patch" not in resp:
+        assert not want.changed
+        return
+    assert resp["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(resp["patch"]))
+    assert jp.apply(pod, ops) == want.pod
+
+
+@pytest.mark.parametrize(
+    ("body", "ctype", "status", "reason"),
+    [
+        (b"", "application/json", 400, "empty body"),
+        (b"{not json", "application/json", 400, "body is not JSON"),
+        (b"[]", "application/json", 400, "body is not a JSON object"),
+        (b'{"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}', "application/json", 400,
+         "expected apiVersion admission.k8s.io/v1"),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}', "application/json", 400,
+         "has no uid"),
+        (b"{}", "text/plain", 415, "content type must be application/json"),
+    ],
+    ids=["empty", "not-json", "not-object", "v1beta1", "no-uid", "content-type"],
+)  # fmt: skip
+def test_malformed_requests_get_a_reason_and_nothing_else(body: bytes, ctype: str, status: int, reason: str) -> None:
+    r = call("POST", "/mutate", body, ctype)
+    assert r.status_code == status
+    assert reason in r.json()["error"]
+
+
+def test_body_over_the_bound_is_413() -> None:
+    r = call("POST", "/mutate", b"x" * 2048, settings=ServerSettings(config=None, max_body_bytes=1024))
+    assert r.status_code == 413 and "body over 1024 bytes" in r.json()["error"]
+
+
+def test_get_on_mutate_is_405_and_probes_answer() -> None:
+    assert call("GET", "/mutate").status_code == 405
+    assert call("GET", "/healthz").text == "ok"
+    assert call("GET", "/readyz").text == "ok"
+
+
+def test_metrics_count_outcomes_by_launcher(tmp_path: Path) -> None:
+    app = create_app(ServerSettings(config=None))
+    pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
+
+    async def go() -> str:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as c:
+            for i in range(3):
+                await c.post("/mutate", content=review(pod, uid=f"m{i}"), headers={"content-type": "application/json"})
+            await c.post("/mutate", content=b"nope", headers={"content-type": "application/json"})
+            return (await c.get("/metrics")).text
+
+    text = asyncio.run(go())
+    assert 'hostnet_rdma_admission_requests_total{launcher="volcano",outcome="mutated"} 3.0' in text
+    assert 'hostnet_rdma_admission_requests_total{launcher="",outcome="bad_request"} 1.0' in text
+
+
+def test_config_file_decides_the_delivery(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("wrapper: {image: registry.example/hostnet-rdma:1.0}\n")
+    pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
+    r = call("POST", "/mutate", review(pod), settings=ServerSettings(config=cfg))
+    ops = json.loads(base64.b64decode(r.json()["response"]["patch"]))
+    out = jp.apply(pod, ops)
+    (init,) = out["spec"]["initContainers"]
+    assert init["image"] == "registry.example/hostnet-rdma:1.0"
+    assert config.load(cfg).wrapper_delivery == "initContainer"
