@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from app import __version__, config
-from app.core import ConfigError, Params
+from app.core import ConfigError, Params, names
 from app.explain import explain
 from app.verify import expected_devices, verify
 from app.wrapper import fabric, payload
@@ -25,7 +25,7 @@ def _training_container(pod: dict[str, Any], wanted: str | None) -> dict[str, An
                 return c  # type: ignore[no-any-return]
         raise SystemExit(f"hostnet-rdma: error: pod has no container {wanted!r}")
     for c in containers:
-        if any(e.get("name") == "HOSTNET_RDMA_LAUNCHER" for e in c.get("env", [])):
+        if any(e.get("name") == names.ENV_LAUNCHER for e in c.get("env", [])):
             return c  # type: ignore[no-any-return]
     return containers[0]  # type: ignore[no-any-return]
 

@@ -42,7 +42,7 @@ for name, data, mode in files:
     os.replace(tmp, name)
 """
 BOOTSTRAP = (
-    "d=${HOSTNET_RDMA_BIN_DIR:-" + names.BIN_DIR + "}\n"
+    "d=${" + rules.ENV_BIN_DIR + ":-" + names.BIN_DIR + "}\n"
     'w="$1"; shift\n'
     'p="`command -v python3 || command -v python`"\n'
     'if [ -n "$p" ] && "$p" -c \'' + _INSTALL + '\' "$d" "$w" "$p"; then\n'
@@ -56,7 +56,7 @@ BOOTSTRAP = (
 # The bootstrap when an init container installed the files (wrapper.delivery: initContainer):
 # nothing to write, so it is short; $1 is a placeholder for the payload.
 BOOTSTRAP_INSTALLED = (
-    "d=${HOSTNET_RDMA_BIN_DIR:-" + names.BIN_DIR + "}\n"
+    "d=${" + rules.ENV_BIN_DIR + ":-" + names.BIN_DIR + "}\n"
     "shift\n"
     'p="`command -v python3 || command -v python`"\n'
     'if [ -n "$p" ] && [ -x "$d/torchrun" ]; then\n'

@@ -59,8 +59,13 @@ def _is_torchrun() -> bool:
     return False
 
 
+# rules.ENV_HANDLED, spelled out: this runs in every Python process of the container and must
+# not import the rules to find out it has nothing to do (tests/test_contracts.py keeps them equal).
+ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
+
+
 def _hook() -> None:
-    if os.environ.get("HOSTNET_RDMA_HANDLED") == str(os.getpid()) or not _is_torchrun():
+    if os.environ.get(ENV_HANDLED) == str(os.getpid()) or not _is_torchrun():
         return
     import hostnet_rdma_torchrun  # type: ignore[import-not-found]
 

@@ -42,7 +42,13 @@ expand = rules.expand
 expand_sum = rules.expand_sum
 
 PREFIX = "hostnet-rdma"
-README_TROUBLESHOOTING = "https://github.com/hostnet-rdma/hostnet-rdma#troubleshooting"
+
+
+# Where each refusal is explained: a section of the project README's Troubleshooting chapter.
+def _see(section: str) -> str:
+    return f'See the hostnet-rdma README, Troubleshooting, "{section}"'
+
+
 ETCD_BACKENDS = rules.ETCD_BACKENDS
 
 
@@ -130,7 +136,7 @@ def wait_resolvable(name: str, timeout: float, what: str) -> None:
                 "Usual causes: the pod lacks dnsPolicy: ClusterFirstWithHostNet (the webhook sets it; "
                 "check the pod's hostnet-rdma.io/injected annotation), or the job's headless Service "
                 "does not publish not-ready addresses (Volcano: svc plugin "
-                "--publish-not-ready-addresses=true). See " + README_TROUBLESHOOTING
+                "--publish-not-ready-addresses=true). " + _see("DNS names do not resolve")
             )
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
@@ -199,7 +205,7 @@ def check_torch_version(version: str, minimum: str) -> None:
     if have and need and have < need:
         raise PreflightError(
             f"torch {version} is older than {minimum}: torch 2.4.x ignores --local-addr, so "
-            "other nodes would be told this node's host name and hang. Use torch >= 2.5. See " + README_TROUBLESHOOTING
+            "other nodes would be told this node's host name and hang. Use torch >= 2.5. " + _see("torch 2.4.x")
         )
 
 
@@ -212,7 +218,8 @@ def preflight(plan: rules.Plan, env: Mapping[str, str], interpreter: Optional[st
         if code != 0:
             raise PreflightError(
                 f"rendezvous backend {plan.backend} needs the `etcd` module (python-etcd), which "
-                "this image lacks. Install it first: `pip install python-etcd==0.4.5`. See " + README_TROUBLESHOOTING
+                "this image lacks. Install it first: `pip install python-etcd==0.4.5`. "
+                + _see("EtcdStubError: The 'etcd' module is required")
             )
     timeout = float(env.get(rules.ENV_DNS_TIMEOUT) or rules.DEFAULTS[rules.ENV_DNS_TIMEOUT])
     if plan.local_addr:
