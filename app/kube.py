@@ -26,6 +26,9 @@ from app import tls
 
 log = logging.getLogger("hostnet_rdma.certs")
 
+# Callers catch this without importing the client themselves (tests/test_contracts.py).
+__all__ = ["ApiException", "SelfManagedCerts", "api_client", "namespace_labels", "pod_log", "read_pod"]
+
 CA_KEY = "ca.key"
 
 

@@ -42,8 +42,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if not args.pod:
             print("hostnet-rdma: error: give a POD name or --log FILE", file=sys.stderr)
             return 2
-        from kubernetes.client.exceptions import ApiException
-
         from app import kube
 
         try:
@@ -54,7 +52,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 hca = next((e.get("value") for e in container.get("env", []) if e.get("name") == "NCCL_IB_HCA"), None)
                 expected = expected_devices(hca)
             text = kube.pod_log(api, args.namespace, args.pod, container["name"])
-        except ApiException as e:
+        except kube.ApiException as e:
             print(f"hostnet-rdma: error: {args.namespace}/{args.pod}: {e.status} {e.reason}", file=sys.stderr)
             return 2
     report = verify(text, expected, expect_wrapper=not args.no_wrapper)
@@ -86,8 +84,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if not args.pod:
             print("hostnet-rdma: error: give a POD name or -f FILE", file=sys.stderr)
             return 2
-        from kubernetes.client.exceptions import ApiException
-
         from app import kube
 
         namespace = args.namespace or "default"
@@ -95,7 +91,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             api = kube.api_client(args.kubeconfig)
             pod = kube.read_pod(api, namespace, args.pod)
             ns_labels = kube.namespace_labels(api, namespace)
-        except ApiException as e:
+        except kube.ApiException as e:
             print(f"hostnet-rdma: error: {namespace}/{args.pod}: {e.status} {e.reason}", file=sys.stderr)
             return 2
     params = Params(config=cfg, namespace=namespace, wrapper_payload=payload(), version=__version__)

@@ -112,8 +112,6 @@ def _self_managed(args: argparse.Namespace, settings: ServerSettings, stop: thre
     """Create/rotate the CA + serving cert in a Secret and patch our caBundle, then keep checking."""
     import datetime as dt
 
-    from kubernetes.client.exceptions import ApiException
-
     from app import kube
 
     namespace = args.namespace or os.environ.get("POD_NAMESPACE", "")
@@ -131,7 +129,7 @@ def _self_managed(args: argparse.Namespace, settings: ServerSettings, stop: thre
             settings.cert_dir, cluster_domain, dt.timedelta(days=args.rotate_before_days), tuple(args.extra_san),
         )  # fmt: skip
         certs.ensure()
-    except ApiException as e:
+    except kube.ApiException as e:
         hint = ""
         if e.status in (401, 403):
             hint = (f" The ServiceAccount needs get/update on Secret {namespace}/{args.secret}, create on Secrets, "
