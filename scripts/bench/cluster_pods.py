@@ -4,7 +4,10 @@ and without the webhook. Needs root; builds or reuses the cached binaries and im
 
 For each round, N host-network pods (the training image, `sleep`) are created at once in the
 namespace that is not opted in, then in the opted-in one (mutated: plumbing, NCCL env, the
-wrapper bootstrap). Each pod's latency runs from just before its POST to the first watch event
+wrapper bootstrap). The rounds run first with the chart's default wrapper delivery (an init
+container from the webhook's image), then, after `helm upgrade --set
+config.wrapper.delivery=inline`, with the wrapper inlined in the pod spec; each phase has its
+own rounds without the webhook, so the two deliveries are compared against the same baseline. Each pod's latency runs from just before its POST to the first watch event
 that shows it Running. Pods are deleted between batches. Prints a table and one JSON line.
 
     sudo .venv/bin/python scripts/bench/cluster_pods.py [--pods 20] [--rounds 3] [--out FILE]
@@ -46,7 +49,9 @@ def pod(name: str, image: str) -> dict[str, Any]:
     }
 
 
-def batch(c: harness.Cluster, api: httpx.Client, ns: str, n: int, image: str, tag: str) -> list[float]:
+def batch(
+    c: harness.Cluster, api: httpx.Client, ns: str, n: int, image: str, tag: str, delivery: str = ""
+) -> list[float]:
     names = [f"bench-{tag}-{i}" for i in range(n)]
     sent: dict[str, float] = {}
     running: dict[str, float] = {}
@@ -85,8 +90,14 @@ def batch(c: harness.Cluster, api: httpx.Client, ns: str, n: int, image: str, ta
     if ns == release.ON:
         got = api.get(f"/api/v1/namespaces/{ns}/pods/{names[0]}").json()
         assert "hostnet-rdma.io/injected" in got["metadata"].get("annotations", {}), "opted-in pod was not mutated"
+        inits = [i["name"] for i in got["spec"].get("initContainers") or []]
+        assert ("hostnet-rdma-wrapper" in inits) == (delivery == "initContainer"), (delivery, inits)
     c.kubectl("delete", "pods", "-n", ns, "-l", "bench=1", "--wait=true", "--timeout=120s")
     return [running[x] - sent[x] for x in names]
+
+
+ROWS = ("without webhook (initContainer phase)", "with webhook, initContainer",
+        "without webhook (inline phase)", "with webhook, inline")  # fmt: skip
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -121,10 +132,18 @@ def main() -> int:
         api = httpx.Client(base_url=c.api_url, headers={"Authorization": f"Bearer {c.token}"},
                            verify=str(c.pki / "ca.crt"), timeout=30)  # fmt: skip
         batch(c, api, release.OFF, 4, image, "warmup")  # first container starts pay one-off costs
-        results: dict[str, list[float]] = {"without webhook": [], "with webhook": []}
-        for r in range(args.rounds):
-            results["without webhook"] += batch(c, api, release.OFF, args.pods, image, f"off{r}")
-            results["with webhook"] += batch(c, api, release.ON, args.pods, image, f"on{r}")
+        results: dict[str, list[float]] = {k: [] for k in ROWS}
+        for delivery in ("initContainer", "inline"):
+            if delivery == "inline":
+                p = release.install(c, "config.wrapper.delivery=inline")
+                assert p.returncode == 0, p.stderr
+                time.sleep(5)  # the old replicas' endpoints leave; the new config is loaded
+            for r in range(args.rounds):
+                results[f"without webhook ({delivery} phase)"] += batch(
+                    c, api, release.OFF, args.pods, image, f"off{r}"
+                )
+                results[f"with webhook, {delivery}"] += batch(c, api, release.ON, args.pods, image, f"on{r}",
+                                                              delivery)  # fmt: skip
         out = {
             "pods_per_batch": args.pods,
             "rounds": args.rounds,
@@ -135,10 +154,10 @@ def main() -> int:
     finally:
         c.down()
     print(f"pod create -> Running, {args.pods} pods at once x {args.rounds} rounds, {len(c.nodes)} nodes:")
-    print(f"{'':18} {'mean':>7} {'p50':>7} {'p95':>7} {'max':>7}")
-    for k in ("without webhook", "with webhook"):
+    print(f"{'':38} {'mean':>7} {'p50':>7} {'p95':>7} {'max':>7}")
+    for k in ROWS:
         s = out[k]
-        print(f"{k:18} {s['mean_s']:>6.2f}s {s['p50_s']:>6.2f}s {s['p95_s']:>6.2f}s {s['max_s']:>6.2f}s")
+        print(f"{k:38} {s['mean_s']:>6.2f}s {s['p50_s']:>6.2f}s {s['p95_s']:>6.2f}s {s['max_s']:>6.2f}s")
     line = json.dumps(out)
     if args.out:
         args.out.write_text(line + "\n")

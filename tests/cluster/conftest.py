@@ -68,7 +68,7 @@ def release(cluster: Cluster) -> dict[str, Any]:
     assert p.returncode == 0, p.stderr
     TIMINGS["helm install --wait"] = time.monotonic() - t0
     t1 = time.monotonic()
-    test = helm(cluster, "test", RELEASE, "-n", RELEASE_NS, "--timeout", "2m")
+    test = helm(cluster, "test", RELEASE, "-n", RELEASE_NS, "--timeout", "2m", "--logs")
     TIMINGS["helm test"] = time.monotonic() - t1
     namespaces(cluster)
     return {"helm_test": test}

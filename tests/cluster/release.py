@@ -23,21 +23,33 @@ def image_ref(c: Cluster, name: str) -> str:
     return (c.images / f"{name}.ref").read_text().strip()
 
 
-def install(c: Cluster) -> subprocess.CompletedProcess[str]:
+def install(c: Cluster, *sets: str) -> subprocess.CompletedProcess[str]:
     """`helm install` with default values except the image, its pull policy and the
-    infiniband hostPath (a test folder here); waits for the Deployment. On a kept cluster
-    (HOSTNET_RDMA_CLUSTER) that has the release already, an upgrade to the current image."""
+    infiniband hostPath (a test folder here), plus `sets` (KEY=VALUE); waits for the
+    Deployment. When the release exists (a kept cluster, HOSTNET_RDMA_CLUSTER, or a second
+    call), an upgrade."""
     infiniband = c.workdir / "infiniband"
     infiniband.mkdir(exist_ok=True)
     repo, tag = image_ref(c, "webhook").rsplit(":", 1)
     verb = "upgrade" if helm(c, "status", RELEASE, "-n", RELEASE_NS).returncode == 0 else "install"
     p = helm(c, verb, RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--create-namespace",
              "--set", f"image.repository={repo}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-             "--set", f"config.inject.infinibandPath={infiniband}", "--wait", "--timeout", "4m")  # fmt: skip
+             "--set", f"config.inject.infinibandPath={infiniband}", *[a for kv in sets for a in ("--set", kv)],
+             "--wait", "--timeout", "4m")  # fmt: skip
     if p.returncode != 0:
         log(c.kubectl("get", "pods", "-A", "-o", "wide", check=False))
         log(c.kubectl("describe", "pods", "-n", RELEASE_NS, check=False)[-6000:])
-        log(c.kubectl("logs", "-n", RELEASE_NS, "-l", "app.kubernetes.io/name=hostnet-rdma", "--tail=50", check=False))
+        log(
+            c.kubectl(
+                "logs",
+                "-n",
+                RELEASE_NS,
+                "-l",
+                "app.kubernetes.io/name=hostnet-rdma,app.kubernetes.io/component=webhook",
+                "--tail=50",
+                check=False,
+            )
+        )
     return p
 
 

@@ -88,7 +88,7 @@ def test_chart_installed_from_the_built_image(cluster: Cluster, release: dict[st
     assert deploy["status"].get("readyReplicas") == 2
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == image_ref(cluster, "webhook")
-    webhook_pods = pods(cluster, RELEASE_NS, "app.kubernetes.io/name=hostnet-rdma")
+    webhook_pods = pods(cluster, RELEASE_NS, "app.kubernetes.io/name=hostnet-rdma,app.kubernetes.io/component=webhook")
     assert len(webhook_pods) == 2 and all(p["status"]["phase"] == "Running" for p in webhook_pods)
     # Non-root, read-only root filesystem: as the chart says.
     assert all(p["spec"]["securityContext"]["runAsUser"] == 65532 for p in webhook_pods)
@@ -98,6 +98,8 @@ def test_chart_installed_from_the_built_image(cluster: Cluster, release: dict[st
     test = release["helm_test"]
     assert test.returncode == 0, test.stdout + test.stderr
     assert "Phase:          Succeeded" in test.stdout or "Succeeded" in test.stdout, test.stdout
+    # The test pod trusted only the configuration's caBundle and checked the Service's name.
+    assert f"over TLS verified against the caBundle for {RELEASE}.{RELEASE_NS}.svc" in test.stdout, test.stdout
 
 
 NAMES = """import socket, sys
@@ -229,7 +231,7 @@ def _mutated(p: subprocess.CompletedProcess[str]) -> bool:
 
 def _scale_to_zero(c: Cluster) -> None:
     c.kubectl("scale", "deploy", RELEASE, "-n", RELEASE_NS, "--replicas=0")
-    c.kubectl("wait", "--for=delete", "pod", "-n", RELEASE_NS, "-l", "app.kubernetes.io/name=hostnet-rdma",
+    c.kubectl("wait", "--for=delete", "pod", "-n", RELEASE_NS, "-l", "app.kubernetes.io/name=hostnet-rdma,app.kubernetes.io/component=webhook",
               "--timeout=60s")  # fmt: skip
 
 
