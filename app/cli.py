@@ -11,8 +11,7 @@ from typing import Any
 import yaml
 
 from app import __version__, config, ops_cli, server_cli
-from app.core import ConfigError, InvalidPod, Params, Result, UnsupportedPod, mutate
-from app.core import patch as jsonpatch_
+from app.core import ConfigError, InvalidPod, Params, Result, UnsupportedPod, mutate, patch
 from app.wrapper import payload
 
 
@@ -76,7 +75,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
         result = Result(pod=pod, changed=False, reason=str(e))
     print(summary(result), file=sys.stderr)
     if args.output == "patch":
-        print(json.dumps(jsonpatch_.diff(pod, result.pod), indent=2))
+        print(json.dumps(patch.diff(pod, result.pod), indent=2))
     elif args.output == "json":
         print(json.dumps(result.pod, indent=2))
     else:

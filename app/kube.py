@@ -27,7 +27,8 @@ from app import tls
 log = logging.getLogger("hostnet_rdma.certs")
 
 # Callers catch this without importing the client themselves (tests/test_contracts.py).
-__all__ = ["ApiException", "SelfManagedCerts", "api_client", "namespace_labels", "pod_log", "read_pod"]
+__all__ = ["ApiException", "SelfManagedCerts", "api_client", "excluded_namespaces", "namespace_labels", "pod_log",
+           "read_pod"]  # fmt: skip
 
 CA_KEY = "ca.key"
 
@@ -187,6 +188,24 @@ def read_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]
 def namespace_labels(api: client.ApiClient, namespace: str) -> dict[str, str]:
     ns = client.CoreV1Api(api).read_namespace(namespace)
     return dict((ns.metadata.labels if ns.metadata else None) or {})
+
+
+def excluded_namespaces(api: client.ApiClient, webhook_config: str) -> tuple[str, ...] | None:
+    """The namespaces the installed webhook configuration never sees (its namespaceSelector's
+    `kubernetes.io/metadata.name NotIn` list); None when there is no such configuration."""
+    try:
+        mwc = client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(webhook_config)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    names: list[str] = []
+    for hook in mwc.webhooks or []:
+        selector = hook.namespace_selector
+        for expr in (selector.match_expressions if selector else None) or []:
+            if expr.key == "kubernetes.io/metadata.name" and expr.operator == "NotIn":
+                names += list(expr.values or [])
+    return tuple(names)
 
 
 def pod_log(api: client.ApiClient, namespace: str, name: str, container: str | None) -> str:

@@ -70,6 +70,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"hostnet-rdma: error: {e}", file=sys.stderr)
         return 2
     ns_labels: dict[str, str] | None = None
+    found: tuple[str, ...] | None = None
     if args.file:
         try:
             pod = yaml.safe_load(Path(args.file).read_text() if args.file != "-" else sys.stdin.read())
@@ -91,11 +92,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
             api = kube.api_client(args.kubeconfig)
             pod = kube.read_pod(api, namespace, args.pod)
             ns_labels = kube.namespace_labels(api, namespace)
+            found = kube.excluded_namespaces(api, args.webhook_config)
         except kube.ApiException as e:
             print(f"hostnet-rdma: error: {namespace}/{args.pod}: {e.status} {e.reason}", file=sys.stderr)
             return 2
     params = Params(config=cfg, namespace=namespace, wrapper_payload=payload(), version=__version__)
-    steps = explain(pod, params, ns_labels)
+    if args.file:
+        excluded = tuple(n for n in args.exclude_namespaces.split(",") if n)
+    elif found is None:
+        print(f"NO  no MutatingWebhookConfiguration {args.webhook_config!r} in this cluster: is the chart installed "
+              "(helm list -A), under another release name (--webhook-config)?")  # fmt: skip
+        return 1
+    else:
+        excluded = found
+    steps = explain(pod, params, ns_labels, excluded)
     for s in steps:
         print(f"{'ok ' if s.ok else 'NO '} {s.text}")
     return 0 if all(s.ok for s in steps) else 1
@@ -180,4 +190,10 @@ def register(sub: Any) -> None:
     e.add_argument("-n", "--namespace", default="")
     e.add_argument("--config", help="cluster config file")
     e.add_argument("--kubeconfig")
+    e.add_argument("--webhook-config", default="hostnet-rdma",
+                   help="name of the installed MutatingWebhookConfiguration (the Helm release's fullname); its "
+                        "excluded namespaces are read from it")  # fmt: skip
+    e.add_argument("--exclude-namespaces", default="kube-system",
+                   help="with -f: namespaces the webhook never sees, comma-separated (the chart's "
+                        "webhook.excludeNamespaces plus its own namespace)")  # fmt: skip
     e.set_defaults(func=cmd_explain)

@@ -17,8 +17,7 @@ from typing import Any, Literal, TypedDict
 
 import orjson
 
-from app.core import InvalidPod, Params, UnsupportedPod, mutate
-from app.core import patch as jsonpatch_
+from app.core import InvalidPod, Params, UnsupportedPod, mutate, patch
 from app.core.mutate import Result
 
 API_VERSION = "admission.k8s.io/v1"
@@ -136,7 +135,7 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> Outcome:
         return Outcome(
             build_response(uid, warnings=result.warnings), "unchanged", launcher, uid, namespace, name, result.warnings
         )
-    ops = jsonpatch_.diff(pod, result.pod)  # result.changed: there is at least one op
+    ops = patch.diff(pod, result.pod)  # result.changed: there is at least one op
     size = len(orjson.dumps(ops))
     if size > params.config.max_patch_bytes:
         msg = (f"pod left unchanged: its patch would be {size} bytes, over the bound of "

@@ -16,10 +16,10 @@ import yaml
 
 from app import __version__, config
 from app.core import Params, mutate
-from app.core import patch as jp
 from app.server import create_app
 from app.settings import ServerSettings
 from app.wrapper import payload
+from tests.patching import apply_patch
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p for p in GOLDEN.glob("*/*.yaml") if not p.name.endswith(".expected.yaml"))
@@ -62,7 +62,7 @@ def test_every_golden_pod_is_answered_with_the_cores_patch(case: Path) -> None:
         return
     assert resp["patchType"] == "JSONPatch"
     ops = json.loads(base64.b64decode(resp["patch"]))
-    assert jp.apply(pod, ops) == want.pod
+    assert apply_patch(pod, ops) == want.pod
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_config_file_decides_the_delivery(tmp_path: Path) -> None:
     pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
     r = call("POST", "/mutate", review(pod), settings=ServerSettings(config=cfg))
     ops = json.loads(base64.b64decode(r.json()["response"]["patch"]))
-    out = jp.apply(pod, ops)
+    out = apply_patch(pod, ops)
     (init,) = out["spec"]["initContainers"]
     assert init["image"] == "registry.example/hostnet-rdma:1.0"
     assert config.load(cfg).wrapper_delivery == "initContainer"

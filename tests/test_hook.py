@@ -38,6 +38,20 @@ print("REAL-TORCHRUN " + json.dumps(sys.argv[1:]))
 """
 
 
+def init_container_command(image_dir: str, bin_dir: str) -> list[str]:
+    """The init container's command as the core writes it, with this sandbox's paths."""
+    from app import config
+    from app.core import Params, mutate
+
+    cfg = config.from_dict({"wrapper": {"image": "registry.example/hostnet-rdma:test"}})
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
+           "spec": {"hostNetwork": True, "hostname": "p", "subdomain": "s",
+                    "containers": [{"name": "c", "image": "x", "command": ["torchrun", "t.py"]}]}}  # fmt: skip
+    (init,) = mutate(pod, Params(config=cfg, namespace="ns")).pod["spec"]["initContainers"]
+    swap = {names.IMAGE_WRAPPER_DIR: image_dir, names.BIN_DIR: bin_dir}
+    return [next((arg.replace(k, v) for k, v in swap.items() if arg.startswith(k)), arg) for arg in init["command"]]
+
+
 @pytest.fixture(params=["inline", "initContainer"])
 def sandbox(tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Path]:
     venv = tmp_path / "venv" / "bin"
@@ -56,8 +70,12 @@ def sandbox(tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Path]:
     (image_site / "sitecustomize.py").write_text("import sys\nsys.stderr.write('IMAGE-SITECUSTOMIZE\\n')\n")
     bin_dir = tmp_path / "bin"
     if request.param == "initContainer":
-        # What the init container runs (from the webhook image; here this interpreter).
-        subprocess.run([sys.executable, "-m", "app.wrapper.install", str(bin_dir)], check=True, capture_output=True)
+        # The image build lays the files out (deploy/Dockerfile), the init container copies them.
+        image_dir = tmp_path / "image" / "opt-hostnet-rdma-wrapper"
+        subprocess.run([sys.executable, "-m", "app.wrapper.install", str(image_dir)], check=True, capture_output=True)
+        bin_dir.mkdir()
+        command = init_container_command(str(image_dir), str(bin_dir))
+        subprocess.run(command, check=True, capture_output=True)
     return {"venv": venv, "torch": fake_torch.parent.parent, "image_site": image_site, "bin": bin_dir,
             "delivery": Path(request.param)}  # fmt: skip
 

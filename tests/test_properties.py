@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from app.core import Params, UnsupportedPod, mutate
 from app.core import patch as jp
+from tests.patching import apply_patch
 
 PARAMS = Params(namespace="ns", wrapper_payload="<payload>", version="test")
 
@@ -148,7 +149,7 @@ def test_patch_applies_and_is_idempotent(pod: dict[str, Any]) -> None:
         assert jp.diff(pod, result.pod) == []
         return
     ops = jp.diff(pod, result.pod)
-    assert jp.apply(pod, ops) == result.pod
+    assert apply_patch(pod, ops) == result.pod
     spec = result.pod["spec"]
     # Volumes the user did not declare twice are never duplicated by us.
     assert not _dupes(spec.get("volumes", []), "name")

@@ -13,8 +13,8 @@ from app.core.podspec import Env, add_mount, add_volume, child, child_list, moun
 
 Obj = dict[str, Any]
 
-# Outcome of a step: None means "in effect"; a string is why it was skipped.
-Outcome = str | None
+# What a step did: None means "in effect"; a string is why it was skipped.
+StepOutcome = str | None
 
 
 @dataclass
@@ -24,7 +24,6 @@ class Context:
     annotations: dict[str, str]
     profile: Profile
     training: list[int]  # indices into spec.containers that run training
-    skip: frozenset[str]
     warnings: list[str] = field(default_factory=list)
 
     def flag(self, annotation: str, default: bool) -> bool:
@@ -65,7 +64,7 @@ def _rdma_resource(pod: Obj, prefixes: tuple[str, ...]) -> str | None:
     return None
 
 
-def dns(pod: Obj, ctx: Context) -> Outcome:
+def dns(pod: Obj, ctx: Context) -> StepOutcome:
     spec = _spec(pod)
     policy = spec.get("dnsPolicy")
     if policy == "None":
@@ -78,7 +77,7 @@ def dns(pod: Obj, ctx: Context) -> Outcome:
     return None
 
 
-def infiniband(pod: Obj, ctx: Context) -> Outcome:
+def infiniband(pod: Obj, ctx: Context) -> StepOutcome:
     resource = _rdma_resource(pod, ctx.params.config.rdma_resource_prefixes)
     if resource:
         return f"devices come from resource {resource}"
@@ -95,7 +94,7 @@ def infiniband(pod: Obj, ctx: Context) -> Outcome:
     return None
 
 
-def shm(pod: Obj, ctx: Context) -> Outcome:
+def shm(pod: Obj, ctx: Context) -> StepOutcome:
     size = ctx.annotations.get(names.ANN_SHM_SIZE, ctx.params.config.shm_size).strip()
     if quantity.parse(size) is None:
         ctx.warn(f"annotation {names.ANN_SHM_SIZE}={size!r} is not a quantity; using {ctx.params.config.shm_size}")
@@ -144,7 +143,7 @@ def _human(size: int) -> str:
     return str(size)
 
 
-def capabilities(pod: Obj, ctx: Context) -> Outcome:
+def capabilities(pod: Obj, ctx: Context) -> StepOutcome:
     skipped: list[str] = []
     for c in _training(pod, ctx):
         sc = child(c, "securityContext")
@@ -168,7 +167,7 @@ def capabilities(pod: Obj, ctx: Context) -> Outcome:
     return None
 
 
-def privileged(pod: Obj, ctx: Context) -> Outcome:
+def privileged(pod: Obj, ctx: Context) -> StepOutcome:
     if not ctx.flag(names.ANN_PRIVILEGED, ctx.params.config.privileged):
         return "turned off"
     resource = _rdma_resource(pod, ctx.params.config.rdma_resource_prefixes)
@@ -192,7 +191,7 @@ def privileged(pod: Obj, ctx: Context) -> Outcome:
     return kept[0] if len(kept) == len(ctx.training) and kept else None
 
 
-def nccl_env(pod: Obj, ctx: Context) -> Outcome:
+def nccl_env(pod: Obj, ctx: Context) -> StepOutcome:
     for c in _training(pod, ctx):
         if c.get("envFrom"):
             ctx.warn(

@@ -13,7 +13,7 @@ from app.core.launchers import LauncherInfo
 from app.core.params import STEP_NAMES, Params
 
 Obj = dict[str, Any]
-Step = Callable[[Obj, inject.Context], inject.Outcome]
+Step = Callable[[Obj, inject.Context], inject.StepOutcome]
 
 STEPS: tuple[tuple[str, str, Step], ...] = (
     # (step name, InjectConfig switch, function)
@@ -174,7 +174,7 @@ def mutate(pod: Obj, params: Params) -> Result:
     unknown = sorted(skip - set(STEP_NAMES))
     if unknown:
         warnings.append(f"{names.ANN_SKIP} names unknown steps: {', '.join(unknown)} (known: {', '.join(STEP_NAMES)})")
-    ctx = inject.Context(params, info, ann, profile, training, skip, warnings)
+    ctx = inject.Context(params, info, ann, profile, training, warnings)
     applied: list[str] = []
     skipped: dict[str, str] = {}
     for step, switch, fn in STEPS:

@@ -26,14 +26,14 @@ ANN_NCCL_IFNAME = f"{DOMAIN}/nccl-socket-ifname"
 ANN_FABRIC_PREFLIGHT = f"{DOMAIN}/fabric-preflight"
 
 # Volumes we add. The prefix lets a second pass recognise its own work.
-VOLUME_PREFIX = "hostnet-rdma-"
 VOL_INFINIBAND = "hostnet-rdma-infiniband"
 VOL_SHM = "hostnet-rdma-shm"
 VOL_BIN = "hostnet-rdma-bin"
-# The init container that copies the wrapper into VOL_BIN (wrapper.delivery: initContainer).
+# The init container that copies the wrapper into VOL_BIN (wrapper.delivery: initContainer),
+# from where the webhook's image holds it (deploy/Dockerfile runs app.wrapper.install there).
 INIT_CONTAINER = "hostnet-rdma-wrapper"
+IMAGE_WRAPPER_DIR = "/opt/hostnet-rdma/wrapper"
 BIN_DIR = "/hostnet-rdma"
-INFINIBAND_PATH = "/dev/infiniband"
 SHM_PATH = "/dev/shm"
 
 # Env contract between the webhook and the in-container wrapper: defined once, in the

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import jsonpatch
-
 Op = dict[str, Any]
 
 
@@ -52,9 +50,3 @@ def diff(original: dict[str, Any], mutated: dict[str, Any]) -> list[Op]:
     if (isinstance(original, dict) and isinstance(mutated, dict)) or original != mutated:
         _diff(original, mutated, "", ops)
     return ops
-
-
-def apply(original: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
-    """Apply a patch as the API server would (used by tests and the CLI)."""
-    result: dict[str, Any] = jsonpatch.apply_patch(original, ops, in_place=False)
-    return result

@@ -46,16 +46,13 @@ def mount_at(container: Obj, path: str) -> Obj | None:
     return None
 
 
-def add_mount(container: Obj, name: str, path: str, read_only: bool = False) -> None:
+def add_mount(container: Obj, name: str, path: str) -> None:
     if mount_at(container, path) is not None:
         return
     mounts = child_list(container, "volumeMounts")
     if find_named(mounts, name) is not None:
         return
-    mount: Obj = {"name": name, "mountPath": path}
-    if read_only:
-        mount["readOnly"] = True
-    mounts.append(mount)
+    mounts.append({"name": name, "mountPath": path})
 
 
 class Env:

@@ -16,7 +16,7 @@ import shlex
 from typing import Any
 
 from app.core import names
-from app.core.inject import Context, Outcome
+from app.core.inject import Context, StepOutcome
 from app.core.podspec import Env, add_mount, add_volume, child, child_list, find_named
 from app.wrapper import rules
 
@@ -214,7 +214,7 @@ def _fabric_mode(ctx: Context) -> str:
     return ctx.params.config.fabric_preflight
 
 
-def wrap(pod: Obj, ctx: Context) -> Outcome:
+def wrap(pod: Obj, ctx: Context) -> StepOutcome:
     if not ctx.flag(names.ANN_WRAP, ctx.params.config.wrap):
         return "turned off"
     info = ctx.info
@@ -284,7 +284,8 @@ def _add_init_container(spec: Obj, image: str, pull_policy: str) -> None:
             "name": names.INIT_CONTAINER,
             "image": image,
             "imagePullPolicy": pull_policy,
-            "command": ["python3", "-m", "app.wrapper.install", names.BIN_DIR],
+            # A plain copy: a Python start-up per pod cost more than the copy itself.
+            "command": ["cp", "-R", names.IMAGE_WRAPPER_DIR + "/.", names.BIN_DIR],
             # Requests so a namespace with a ResourceQuota admits the pod; copying four files
             # needs little. The pod's effective request is the max over init containers, so
             # this does not add to what the training containers ask for.

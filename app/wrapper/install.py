@@ -1,8 +1,8 @@
-"""`python3 -m app.wrapper.install DIR`: what the init container runs (wrapper.delivery:
-initContainer). Copies the wrapper files from this image into DIR (the pod's emptyDir), under
-the flat names the pod imports them by, and a `torchrun` shim that runs them with the training
-container's own python (HOSTNET_RDMA_PYTHON, found by the bootstrap). Stdlib only, no
-network, well under a second."""
+"""`python3 -m app.wrapper.install DIR`: lay the wrapper out in DIR as a pod gets it: the files
+under the flat names the pod imports them by, and a `torchrun` shim that runs them with the
+training container's own python (HOSTNET_RDMA_PYTHON, found by the bootstrap). The image build
+runs it into /opt/hostnet-rdma/wrapper (deploy/Dockerfile), from where the init container of
+wrapper.delivery: initContainer copies it into the pod's emptyDir. Stdlib only."""
 
 from __future__ import annotations
 

@@ -40,6 +40,10 @@ def pod(name: str, image: str) -> dict[str, Any]:
         "metadata": {"name": name, "labels": {"bench": "1", "hostnet-rdma.io/inject": "enabled"}},
         "spec": {
             "hostNetwork": True,
+            # A stable DNS name (as a StatefulSet or Indexed Job pod has): the webhook wraps
+            # only pods it can name, and the wrapper is what the two deliveries differ in.
+            "hostname": name,
+            "subdomain": "bench",
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 0,
             "containers": [

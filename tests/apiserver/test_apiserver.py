@@ -394,6 +394,23 @@ def test_explain_a_live_pod(plane: ControlPlane, kube: Kube, webhook: Webhook) -
     assert p.returncode == 1 and f"NO  namespace {OFF} lacks the label" in p.stdout
 
 
+def test_explain_reads_the_excluded_namespaces_from_the_installed_configuration(
+    plane: ControlPlane, kube: Kube, webhook: Webhook
+) -> None:
+    """The chart excludes its own namespace (and webhook.excludeNamespaces): explain says so,
+    from the MutatingWebhookConfiguration the API server has, not from a built-in list."""
+    pod = load(GOLDEN / "pytorchjob" / "seed-c10d-worker-0.yaml")
+    pod["metadata"]["name"] = "explain-excluded"
+    assert kube.create_pod(RELEASE_NS, pod).status_code == 201
+    p = subprocess.run([sys.executable, "-m", "app.cli", "explain", "explain-excluded", "-n", RELEASE_NS,
+                        "--kubeconfig", str(plane.kubeconfig)], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert p.returncode == 1 and f"NO  namespace {RELEASE_NS} is excluded from the webhook" in p.stdout, p.stdout
+    p = subprocess.run([sys.executable, "-m", "app.cli", "explain", "explain-excluded", "-n", RELEASE_NS,
+                        "--kubeconfig", str(plane.kubeconfig), "--webhook-config", "no-such-release"],
+                       capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert p.returncode == 1 and "no MutatingWebhookConfiguration 'no-such-release'" in p.stdout, p.stdout
+
+
 @pytest.mark.parametrize("case", sorted(p for p in (ROOT / "tests" / "golden-init").glob("*.yaml")
                                         if not p.name.endswith(".expected.yaml")), ids=lambda p: p.stem)  # fmt: skip
 def test_init_container_delivery_is_a_pod_the_api_server_accepts(kube: Kube, case: Path) -> None:
