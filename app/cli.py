@@ -1,4 +1,4 @@
-"""`hostnet-rdma` command line: serve | mutate | certs."""
+"""`hostnet-rdma` command line: serve | mutate | verify | explain | doctor."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.core import quantity
 from app.core.params import BUILTIN_PROFILES, ConfigError, InjectConfig, Profile
 
 
@@ -34,7 +35,7 @@ class _Inject(_Strict):
     infiniband: bool = True
     infiniband_path: str = Field("/dev/infiniband", alias="infinibandPath")
     shm: bool = True
-    shm_size: str = Field("32Gi", alias="shmSize", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+    shm_size: str = Field("32Gi", alias="shmSize", pattern=quantity.PATTERN.pattern)
     capabilities: bool = True
     privileged: bool = True
     nccl_env: bool = Field(True, alias="ncclEnv")

@@ -92,3 +92,14 @@ def test_messages_point_at_readme_sections_that_exist() -> None:
     cited = [c for c in cited if c != "{section}"]  # the helper itself
     assert len(cited) >= 4, "README references not found: the pattern is stale"
     assert set(cited) <= headings, sorted(set(cited) - headings)
+
+
+def test_one_quantity_pattern_for_the_core_the_config_file_and_the_chart() -> None:
+    from app.core import quantity
+
+    schema = json.loads((ROOT / "charts" / "hostnet-rdma" / "values.schema.json").read_text())
+    chart = schema["properties"]["config"]["properties"]["inject"]["properties"]["shmSize"]["pattern"]
+    assert chart == quantity.PATTERN.pattern
+    field = config._Inject.model_fields["shm_size"]
+    assert any(getattr(m, "pattern", None) == quantity.PATTERN.pattern for m in field.metadata)
+    assert config.from_dict({"inject": {"shmSize": "1Pi"}}).shm_size == "1Pi"
