@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import resource
 import ssl
 import subprocess
@@ -114,10 +113,7 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait(timeout=30)
-    line = json.dumps(result)
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(line)
+    run.emit(result, args.out)
     return 0
 
 

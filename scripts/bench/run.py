@@ -298,11 +298,15 @@ def main() -> int:
         summary["apiserver_pod_create"] = pod_create_overhead(work, args.pods, bin_dir)
         print(f"pod create through kube-apiserver: {json.dumps(summary['apiserver_pod_create'])}", file=sys.stderr)
     shutil.rmtree(work, ignore_errors=True)
-    line = json.dumps(summary, separators=(",", ":"))
-    if args.out:
-        Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
-    print(line)
+    emit(summary, args.out)
     return 0
+
+
+def emit(result: dict[str, Any], out: str | None) -> None:
+    """The results: indented JSON to `out`, and one JSON line last on stdout."""
+    if out:
+        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, separators=(",", ":")))
 
 
 if __name__ == "__main__":
