@@ -10,13 +10,12 @@ from typing import Any
 
 import yaml
 
-from app import __version__, config, ops_cli, server_cli
+from app import __version__, config, ops_cli, review, server_cli
 from app.core import ConfigError, InvalidPod, Params, Result, UnsupportedPod, mutate, patch
-from app.wrapper import payload
 
 
 def params_for(cfg_path: str | None, namespace: str) -> Params:
-    return Params(config=config.load(cfg_path), namespace=namespace, wrapper_payload=payload(), version=__version__)
+    return review.params_for(config.load(cfg_path), namespace)
 
 
 def _read_pod(source: str) -> dict[str, Any]:

@@ -10,11 +10,11 @@ from typing import Any
 
 import yaml
 
-from app import __version__, config
-from app.core import ConfigError, Params, names
+from app import config, review
+from app.core import ConfigError, names
 from app.explain import explain
 from app.verify import expected_devices, verify
-from app.wrapper import fabric, payload
+from app.wrapper import fabric
 
 
 def _training_container(pod: dict[str, Any], wanted: str | None) -> dict[str, Any]:
@@ -96,7 +96,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         except kube.ApiException as e:
             print(f"hostnet-rdma: error: {namespace}/{args.pod}: {e.status} {e.reason}", file=sys.stderr)
             return 2
-    params = Params(config=cfg, namespace=namespace, wrapper_payload=payload(), version=__version__)
+    params = review.params_for(cfg, namespace)
     if args.file:
         excluded = tuple(n for n in args.exclude_namespaces.split(",") if n)
     elif found is None:

@@ -17,10 +17,20 @@ from typing import Any, Literal, TypedDict
 
 import orjson
 
-from app.core import InvalidPod, Params, UnsupportedPod, mutate, patch
+from app import __version__
+from app.core import InjectConfig, InvalidPod, Params, UnsupportedPod, mutate, patch
 from app.core.mutate import Result
+from app.wrapper import payload
 
 API_VERSION = "admission.k8s.io/v1"
+
+
+def params_for(config: InjectConfig, namespace: str) -> Params:
+    """What every shell (server, `mutate`, `explain`) hands the core: this config, the wrapper
+    files of this build, this version."""
+    return Params(config=config, namespace=namespace, wrapper_payload=payload(), version=__version__)
+
+
 WARNING_PREFIX = "hostnet-rdma: "
 MAX_WARNING = 240  # the API server truncates longer warnings
 

@@ -23,9 +23,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__, config, filewatch
 from app.core import ConfigError, InjectConfig, Params
-from app.review import BadReview, review
+from app.review import BadReview, params_for, review
 from app.settings import ServerSettings
-from app.wrapper import payload
 
 log = logging.getLogger("hostnet_rdma.admission")
 
@@ -120,7 +119,6 @@ def create_app(
 ) -> WebhookApp:
     holder = config_holder or ConfigHolder(settings.config, settings.poll_seconds)
     metrics = Metrics()
-    wrapper_payload = payload()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -140,7 +138,7 @@ def create_app(
         """Params for the live config, rebuilt only when the config is reloaded."""
         cfg = holder.config
         if not params_cache or params_cache[0].config is not cfg:
-            params_cache[:] = [Params(cfg, settings.default_namespace, wrapper_payload, __version__)]
+            params_cache[:] = [params_for(cfg, settings.default_namespace)]
         return params_cache[0]
 
     def reject(status: int, reason: str) -> tuple[int, bytes]:
