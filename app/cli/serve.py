@@ -1,4 +1,5 @@
-"""`hostnet-rdma serve`: uvicorn over TLS with a hot-reloading certificate."""
+"""`hostnet-rdma serve`: the admission webhook, uvicorn over TLS with a hot-reloading certificate,
+optionally managing its own certificates in a Secret (--self-managed-certs)."""
 
 from __future__ import annotations
 

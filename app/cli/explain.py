@@ -1,0 +1,68 @@
+"""`hostnet-rdma explain POD | -f FILE`: why a pod was, or would be, mutated or not, step by
+step, from the namespace label to what the webhook decided."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from app import review
+from app.cli.common import CommandError, error, load_config, read_pod_file
+from app.explain import explain
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config)
+        pod = read_pod_file(args.file) if args.file else None
+    except CommandError as e:
+        return error(str(e))
+    ns_labels: dict[str, str] | None = None
+    found: tuple[str, ...] | None = None
+    if pod is not None:
+        namespace = args.namespace or (pod.get("metadata") or {}).get("namespace") or "default"
+    else:
+        if not args.pod:
+            print("hostnet-rdma: error: give a POD name or -f FILE", file=sys.stderr)
+            return 2
+        from app import kube
+
+        namespace = args.namespace or "default"
+        try:
+            api = kube.api_client(args.kubeconfig)
+            pod = kube.read_pod(api, namespace, args.pod)
+            ns_labels = kube.namespace_labels(api, namespace)
+            found = kube.excluded_namespaces(api, args.webhook_config)
+        except kube.ApiException as e:
+            print(f"hostnet-rdma: error: {namespace}/{args.pod}: {e.status} {e.reason}", file=sys.stderr)
+            return 2
+    params = review.params_for(cfg, namespace)
+    if args.file:
+        excluded = tuple(n for n in args.exclude_namespaces.split(",") if n)
+    elif found is None:
+        print(f"NO  no MutatingWebhookConfiguration {args.webhook_config!r} in this cluster: is the chart installed "
+              "(helm list -A), under another release name (--webhook-config)?")  # fmt: skip
+        return 1
+    else:
+        excluded = found
+    steps = explain(pod, params, ns_labels, excluded)
+    for s in steps:
+        print(f"{'ok ' if s.ok else 'NO '} {s.text}")
+    return 0 if all(s.ok for s in steps) else 1
+
+
+def register(sub: Any) -> None:
+    e = sub.add_parser("explain", help="why a pod was (or would be) mutated or not")
+    e.add_argument("pod", nargs="?", help="live pod name")
+    e.add_argument("-f", "--file", help="pod manifest instead of a live pod")
+    e.add_argument("-n", "--namespace", default="")
+    e.add_argument("--config", help="cluster config file")
+    e.add_argument("--kubeconfig")
+    e.add_argument("--webhook-config", default="hostnet-rdma",
+                   help="name of the installed MutatingWebhookConfiguration (the Helm release's fullname); its "
+                        "excluded namespaces are read from it")  # fmt: skip
+    e.add_argument("--exclude-namespaces", default="kube-system",
+                   help="with -f: namespaces the webhook never sees, comma-separated (the chart's "
+                        "webhook.excludeNamespaces plus its own namespace)")  # fmt: skip
+    e.set_defaults(func=cmd_explain)

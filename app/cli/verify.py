@@ -1,0 +1,72 @@
+"""`hostnet-rdma verify POD | --log FILE`: a training pod's log checked for NCCL over IB with
+GDRDMA and the wrapper's settings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.core import names
+from app.verify import expected_devices, verify
+
+
+def _training_container(pod: dict[str, Any], wanted: str | None) -> dict[str, Any]:
+    containers = pod["spec"]["containers"]
+    if wanted:
+        for c in containers:
+            if c["name"] == wanted:
+                return c  # type: ignore[no-any-return]
+        raise SystemExit(f"hostnet-rdma: error: pod has no container {wanted!r}")
+    for c in containers:
+        if any(e.get("name") == names.ENV_LAUNCHER for e in c.get("env", [])):
+            return c  # type: ignore[no-any-return]
+    return containers[0]  # type: ignore[no-any-return]
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    expected = expected_devices(args.hca) if args.hca else None
+    if args.log:
+        try:
+            text = Path(args.log).read_text(errors="replace")
+        except OSError as e:
+            print(f"hostnet-rdma: error: cannot read {args.log}: {e.strerror}", file=sys.stderr)
+            return 2
+    else:
+        if not args.pod:
+            print("hostnet-rdma: error: give a POD name or --log FILE", file=sys.stderr)
+            return 2
+        from app import kube
+
+        try:
+            api = kube.api_client(args.kubeconfig)
+            pod = kube.read_pod(api, args.namespace, args.pod)
+            container = _training_container(pod, args.container)
+            if expected is None:
+                hca = next((e.get("value") for e in container.get("env", []) if e.get("name") == "NCCL_IB_HCA"), None)
+                expected = expected_devices(hca)
+            text = kube.pod_log(api, args.namespace, args.pod, container["name"])
+        except kube.ApiException as e:
+            print(f"hostnet-rdma: error: {args.namespace}/{args.pod}: {e.status} {e.reason}", file=sys.stderr)
+            return 2
+    report = verify(text, expected, expect_wrapper=not args.no_wrapper)
+    if args.output == "json":
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(report.table())
+    return 0 if report.ok else 1
+
+
+def register(sub: Any) -> None:
+    v = sub.add_parser("verify", help="check a training pod's log: NCCL over IB with GDRDMA, wrapper settings")
+    v.add_argument("pod", nargs="?", help="pod name (reads its log with your kubeconfig)")
+    v.add_argument("-n", "--namespace", default="default")
+    v.add_argument("-c", "--container", help="container (default: the one the webhook wrapped)")
+    v.add_argument("--log", help="check a saved log file instead of a live pod")
+    v.add_argument("--hca", help="expected NCCL_IB_HCA (default: the pod's own env)")
+    v.add_argument("--no-wrapper", action="store_true", help="do not require the wrapper's log line")
+    v.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    v.add_argument("--kubeconfig")
+    v.set_defaults(func=cmd_verify)
