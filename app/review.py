@@ -48,7 +48,7 @@ class BadReview(ValueError):
 
 
 @dataclass
-class Outcome:
+class ReviewResult:
     body: bytes
     outcome: str  # mutated | unchanged | skipped | unsupported | error
     launcher: str = ""
@@ -98,7 +98,7 @@ def parse(body: bytes) -> dict[str, Any]:
     return request
 
 
-def review(body: bytes, params: Params) -> Outcome:
+def review(body: bytes, params: Params) -> ReviewResult:
     """Handle one review body. Raises BadReview for a malformed envelope only."""
     request = parse(body)
     uid: str = request["uid"]
@@ -111,20 +111,20 @@ def review(body: bytes, params: Params) -> Outcome:
         obj = request.get("object")
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         meta = meta if isinstance(meta, dict) else {}
-        return Outcome(
+        return ReviewResult(
             build_response(uid, warnings=[msg]), "error", uid=uid, warnings=[msg],
             namespace=str(request.get("namespace") or ""), name=str(meta.get("name") or meta.get("generateName") or ""),
         )  # fmt: skip
 
 
-def _review(request: dict[str, Any], uid: str, params: Params) -> Outcome:
+def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     namespace = str(request.get("namespace") or "")
     operation = request.get("operation")
     kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
     if operation is not None and operation != "CREATE":
-        return Outcome(build_response(uid), "skipped", uid=uid, namespace=namespace)
+        return ReviewResult(build_response(uid), "skipped", uid=uid, namespace=namespace)
     if kind and (kind.get("kind") != "Pod" or kind.get("group", "") != ""):
-        return Outcome(build_response(uid), "skipped", uid=uid, namespace=namespace)
+        return ReviewResult(build_response(uid), "skipped", uid=uid, namespace=namespace)
     pod = request.get("object")
     if not isinstance(pod, dict):
         raise BadReview("AdmissionReview request has no object")
@@ -137,12 +137,12 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> Outcome:
         result: Result = mutate(pod, params)
     except (InvalidPod, UnsupportedPod) as e:
         msg = f"pod left unchanged: {e}"
-        return Outcome(
+        return ReviewResult(
             build_response(uid, warnings=[msg]), "unsupported", uid=uid, namespace=namespace, name=name, warnings=[msg]
         )
     launcher = result.launcher.launcher if result.launcher else ""
     if not result.changed:
-        return Outcome(
+        return ReviewResult(
             build_response(uid, warnings=result.warnings), "unchanged", launcher, uid, namespace, name, result.warnings
         )
     ops = patch.diff(pod, result.pod)  # result.changed: there is at least one op
@@ -150,7 +150,7 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> Outcome:
     if size > params.config.max_patch_bytes:
         msg = (f"pod left unchanged: its patch would be {size} bytes, over the bound of "
                f"{params.config.max_patch_bytes} (config limits.maxPatchBytes)")  # fmt: skip
-        return Outcome(build_response(uid, warnings=[msg]), "unsupported", launcher, uid, namespace, name, [msg])
-    return Outcome(
+        return ReviewResult(build_response(uid, warnings=[msg]), "unsupported", launcher, uid, namespace, name, [msg])
+    return ReviewResult(
         build_response(uid, ops, result.warnings), "mutated", launcher, uid, namespace, name, result.warnings
     )

@@ -19,11 +19,11 @@ import orjson
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from app import __version__, config, filewatch
 from app.core import ConfigError, InjectConfig, Params
-from app.review import BadReview, params_for, review
+from app.review import BadReview, ReviewResult, params_for, review
 from app.settings import ServerSettings
 
 log = logging.getLogger("hostnet_rdma.admission")
@@ -110,6 +110,91 @@ class Metrics:
         )
 
 
+class AdmissionHandler:
+    """POST /mutate as plain ASGI: FastAPI's routing and request objects cost more than the
+    mutation itself (BENCHMARKS.md). Reads a bounded JSON body, hands it to app.review, counts
+    the outcome, writes one log line, answers."""
+
+    def __init__(self, settings: ServerSettings, holder: ConfigHolder, metrics: Metrics) -> None:
+        self.settings = settings
+        self.holder = holder
+        self.metrics = metrics
+        self._params: Params | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            status, body = 405, orjson.dumps({"error": "use POST"})
+        else:
+            status, body = await self.handle(dict(scope["headers"]), receive)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def handle(self, headers: dict[bytes, bytes], receive: Receive) -> tuple[int, bytes]:
+        started = time.perf_counter()
+        ctype = headers.get(b"content-type", b"").decode("latin-1")
+        if ctype.split(";")[0].strip().lower() != "application/json":
+            return self.reject(415, f"content type must be application/json, got {ctype or 'none'!r}")
+        limit = self.settings.max_body_bytes
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > limit:
+            return self.reject(413, f"body over {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return 400, b""
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return self.reject(413, f"body over {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        try:
+            result = review(b"".join(chunks), self.params())
+        except BadReview as e:
+            return self.reject(400, str(e))
+        elapsed = time.perf_counter() - started
+        self.metrics.requests.labels(result.outcome, result.launcher).inc()
+        self.metrics.latency.observe(elapsed)
+        if log.isEnabledFor(logging.INFO):
+            self.log_admission(result, elapsed)
+        return 200, result.body
+
+    def params(self) -> Params:
+        """Params for the live config, rebuilt only when the config is reloaded."""
+        cfg = self.holder.config
+        if self._params is None or self._params.config is not cfg:
+            self._params = params_for(cfg, self.settings.default_namespace)
+        return self._params
+
+    def reject(self, status: int, reason: str) -> tuple[int, bytes]:
+        self.metrics.requests.labels("bad_request", "").inc()
+        return status, orjson.dumps({"error": reason})
+
+    @staticmethod
+    def log_admission(result: ReviewResult, elapsed: float) -> None:
+        # Same JSON shape as JsonLogFormatter, written directly: the logging machinery cost
+        # ~8% of throughput on this path (BENCHMARKS.md).
+        line = {
+            "level": "info",
+            "logger": log.name,
+            "msg": "admission",
+            "uid": result.uid,
+            "namespace": result.namespace,
+            "pod": result.name,
+            "launcher": result.launcher,
+            "outcome": result.outcome,
+            "ms": round(elapsed * 1000, 3),
+            "warnings": len(result.warnings),
+        }
+        stream = sys.stderr.buffer
+        stream.write(orjson.dumps(line) + b"\n")
+        stream.flush()
+
+
 def create_app(
     settings: ServerSettings,
     config_holder: ConfigHolder | None = None,
@@ -117,6 +202,8 @@ def create_app(
     cert_refused: Callable[[], int] | None = None,
     on_startup: Callable[[], None] | None = None,
 ) -> WebhookApp:
+    """/mutate (AdmissionHandler) in front of a FastAPI app for the probes and /metrics.
+    `on_startup` runs once the event loop does (the file watchers need it)."""
     holder = config_holder or ConfigHolder(settings.config, settings.poll_seconds)
     metrics = Metrics()
 
@@ -131,83 +218,6 @@ def create_app(
     app = FastAPI(title="hostnet-rdma", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.config = holder
     app.state.metrics = metrics
-
-    params_cache: list[Params] = []
-
-    def current_params() -> Params:
-        """Params for the live config, rebuilt only when the config is reloaded."""
-        cfg = holder.config
-        if not params_cache or params_cache[0].config is not cfg:
-            params_cache[:] = [params_for(cfg, settings.default_namespace)]
-        return params_cache[0]
-
-    def reject(status: int, reason: str) -> tuple[int, bytes]:
-        metrics.requests.labels("bad_request", "").inc()
-        return status, orjson.dumps({"error": reason})
-
-    async def handle(headers: dict[bytes, bytes], receive: Receive) -> tuple[int, bytes]:
-        started = time.perf_counter()
-        ctype = headers.get(b"content-type", b"").decode("latin-1")
-        if ctype.split(";")[0].strip().lower() != "application/json":
-            return reject(415, f"content type must be application/json, got {ctype or 'none'!r}")
-        declared = headers.get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > settings.max_body_bytes:
-            return reject(413, f"body over {settings.max_body_bytes} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return 400, b""
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > settings.max_body_bytes:
-                return reject(413, f"body over {settings.max_body_bytes} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                break
-        try:
-            result = review(b"".join(chunks), current_params())
-        except BadReview as e:
-            return reject(400, str(e))
-        elapsed = time.perf_counter() - started
-        metrics.requests.labels(result.outcome, result.launcher).inc()
-        metrics.latency.observe(elapsed)
-        if log.isEnabledFor(logging.INFO):
-            # Same JSON shape as JsonLogFormatter, written directly: the logging machinery
-            # cost ~8% of throughput on this path (BENCHMARKS.md).
-            line = {
-                "level": "info",
-                "logger": log.name,
-                "msg": "admission",
-                "uid": result.uid,
-                "namespace": result.namespace,
-                "pod": result.name,
-                "launcher": result.launcher,
-                "outcome": result.outcome,
-                "ms": round(elapsed * 1000, 3),
-                "warnings": len(result.warnings),
-            }
-            stream = sys.stderr.buffer
-            stream.write(orjson.dumps(line) + b"\n")
-            stream.flush()
-        return 200, result.body
-
-    async def mutate_asgi(scope: Scope, receive: Receive, send: Send) -> None:
-        # The hot path is plain ASGI: FastAPI's routing and request objects cost more than
-        # the mutation itself (see BENCHMARKS.md). Everything else goes through FastAPI.
-        if scope["method"] != "POST":
-            status, body = 405, orjson.dumps({"error": "use POST"})
-        else:
-            status, body = await handle(dict(scope["headers"]), receive)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -227,22 +237,19 @@ def create_app(
             metrics.cert_refused.set(cert_refused())
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/mutate":
-            await mutate_asgi(scope, receive, send)
-        else:
-            await app(scope, receive, send)
-
-    return WebhookApp(asgi, app)
+    return WebhookApp(AdmissionHandler(settings, holder, metrics), app)
 
 
 class WebhookApp:
     """The ASGI app uvicorn runs: /mutate handled directly, the rest by FastAPI."""
 
-    def __init__(self, handler: ASGIApp, fastapi: FastAPI) -> None:
-        self._handler = handler
+    def __init__(self, admission: AdmissionHandler, fastapi: FastAPI) -> None:
+        self.admission = admission
         self.fastapi = fastapi
         self.state = fastapi.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._handler(scope, receive, send)
+        if scope["type"] == "http" and scope["path"] == "/mutate":
+            await self.admission(scope, receive, send)
+        else:
+            await self.fastapi(scope, receive, send)

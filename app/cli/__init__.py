@@ -1,10 +1,10 @@
 """hostnet-rdma: RDMA plumbing and torchrun rendezvous for host-network PyTorch pods.
 
-    serve    run the admission webhook
-    mutate   print a pod file exactly as the webhook would change it
-    explain  why a pod was, or would be, mutated or not
-    verify   check a training pod's log: NCCL over IB with GDRDMA, the wrapper's line
-    doctor   check a node's RDMA fabric against an NCCL profile
+serve    run the admission webhook
+mutate   print a pod file exactly as the webhook would change it
+explain  why a pod was, or would be, mutated or not
+verify   check a training pod's log: NCCL over IB with GDRDMA, the wrapper's line
+doctor   check a node's RDMA fabric against an NCCL profile
 """
 
 # One module per command (app/cli/<command>.py, each with register() and its cmd_ function);

@@ -10,11 +10,14 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app import tls
 from app.core import ConfigError
 from app.settings import ServerSettings
+
+if TYPE_CHECKING:  # the server's modules load only for `serve`, not for every command
+    from app.server import ConfigHolder
 
 DEV_CERT_DIR = Path("dev-certs")
 
@@ -47,11 +50,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             settings.host = "127.0.0.1"
     configure_logging(settings.log_level)
     log = logging.getLogger("hostnet_rdma.server")
-    stop_certs = threading.Event()
+    certs_keeper = None
     if args.self_managed_certs:
-        rc = _self_managed(args, settings, stop_certs)
-        if rc:
-            return rc
+        certs_keeper = _self_managed(args, settings)
+        if isinstance(certs_keeper, int):
+            return certs_keeper
     try:
         holder = ConfigHolder(settings.config, settings.poll_seconds)
     except ConfigError as e:
@@ -72,13 +75,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return 2
 
-    def _start_watchers() -> None:
-        cert.attach(asyncio.get_running_loop())
-        cert.start()
-        holder.start()
-
+    background = Background(cert, holder, certs_keeper, args.cert_check_seconds)
     app = create_app(settings, holder, cert_expiry=lambda: cert.expiry.timestamp(),
-                     cert_refused=lambda: cert.refused, on_startup=_start_watchers)  # fmt: skip
+                     cert_refused=lambda: cert.refused, on_startup=background.start)  # fmt: skip
 
     from app.protocol import bounded_protocol
 
@@ -102,15 +101,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"  curl --cacert {settings.cert_dir / tls.CA_FILE} https://127.0.0.1:{settings.port}/healthz",
             file=sys.stderr,
         )
-    uvicorn.Server(config).run()
-    stop_certs.set()
-    cert.stop()
-    holder.stop()
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        background.stop()
     return 0
 
 
-def _self_managed(args: argparse.Namespace, settings: ServerSettings, stop: threading.Event) -> int:
-    """Create/rotate the CA + serving cert in a Secret and patch our caBundle, then keep checking."""
+class Background:
+    """The server's background loops, started together once the event loop runs and stopped
+    together when uvicorn returns: the serving certificate's files (tls.ReloadingCert), the
+    config file (ConfigHolder) and, with --self-managed-certs, the Secret and caBundle keeper
+    (kube.SelfManagedCerts, in a thread of its own: the Kubernetes client blocks)."""
+
+    def __init__(self, cert: tls.ReloadingCert, holder: ConfigHolder, keeper: Any, keeper_every: float) -> None:
+        self.cert, self.holder, self.keeper, self.keeper_every = cert, holder, keeper, keeper_every
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        self.cert.attach(asyncio.get_running_loop())
+        self.cert.start()
+        self.holder.start()
+        if self.keeper is not None:
+            threading.Thread(target=self.keeper.run, args=(self._stop, self.keeper_every), name="cert-manage",
+                             daemon=True).start()  # fmt: skip
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.cert.stop()
+        self.holder.stop()
+
+
+def _self_managed(args: argparse.Namespace, settings: ServerSettings) -> Any:
+    """Create (or adopt) the CA + serving cert in the Secret and patch our caBundle, before the
+    server loads its certificate; the keeper it returns re-checks them (Background). An exit
+    code instead when that fails."""
     import datetime as dt
 
     from app import kube
@@ -143,8 +168,7 @@ def _self_managed(args: argparse.Namespace, settings: ServerSettings, stop: thre
     except (OSError, RuntimeError, ConfigError) as e:
         print(f"hostnet-rdma: error: self-managed certificates: {e}", file=sys.stderr)
         return 1
-    threading.Thread(target=certs.run, args=(stop, args.cert_check_seconds), name="cert-manage", daemon=True).start()
-    return 0
+    return certs
 
 
 def register(sub: Any) -> None:
