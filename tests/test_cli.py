@@ -10,14 +10,23 @@ from pathlib import Path
 import jsonpatch
 import yaml
 
+from tests.cliutil import run_cli
+
 ROOT = Path(__file__).resolve().parent.parent
 POD = ROOT / "tests" / "golden" / "volcano" / "plain-c10d-worker-1.yaml"
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], input=stdin, capture_output=True, text=True, cwd=ROOT
-    )
+    return run_cli(*args, stdin=stdin)
+
+
+def test_the_installed_entry_point_runs_as_a_process() -> None:
+    """The one call through a real process: `python -m app.cli` (what the image's entry point
+    `hostnet-rdma` runs too)."""
+    p = subprocess.run([sys.executable, "-m", "app.cli", "mutate", "-f", str(POD), "-o", "json"],
+                       capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == json.loads(cli("mutate", "-f", str(POD), "-o", "json").stdout)
 
 
 def test_yaml_output_and_summary() -> None:

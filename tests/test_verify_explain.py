@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from app.core import Params
 from app.core.params import BM_GPU4_8_HCAS
 from app.explain import explain
 from app.verify import expected_devices, verify
+from tests.cliutil import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "logs"
@@ -22,7 +22,7 @@ EXPECTED = expected_devices(BM_GPU4_8_HCAS)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    return run_cli(*args)
 
 
 def results(log: str) -> dict[str, bool]:
