@@ -116,3 +116,17 @@ def test_explain_cli_on_a_file() -> None:
     assert "ok  this pod's DNS name: pje-master-0" in p.stdout
     p = cli("explain", "-f", str(GOLDEN / "generic" / "plain-pod-no-identity.yaml"))
     assert p.returncode == 1 and "NO  this pod's DNS name: (none" in p.stdout
+
+
+def test_verify_reads_the_container_the_webhook_trains_in() -> None:
+    """A sidecar listed first does not hide the trainer: verify applies the core's own rule."""
+    from app.cli.verify import _training_container
+
+    pod = yaml.safe_load((GOLDEN / "generic" / "sidecar-first-entrypoint-trainer.yaml").read_text())
+    from app.core import InjectConfig
+    from app.core.mutate import training_containers
+
+    (want,) = training_containers(pod, InjectConfig())
+    assert pod["spec"]["containers"][0]["name"] != want
+    assert _training_container(pod, None)["name"] == want
+    assert _training_container(pod, pod["spec"]["containers"][0]["name"]) is pod["spec"]["containers"][0]

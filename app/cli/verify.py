@@ -9,21 +9,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.core import names
+from app.core import InjectConfig
+from app.core.mutate import training_containers
 from app.verify import expected_devices, verify
 
 
 def _training_container(pod: dict[str, Any], wanted: str | None) -> dict[str, Any]:
-    containers = pod["spec"]["containers"]
+    """The container to read: the one asked for, else the first the webhook treats as training
+    (the core's own rule: annotation, GPU/RDMA requests, a torchrun command, the launcher's)."""
+    containers = {c["name"]: c for c in pod["spec"]["containers"]}
     if wanted:
-        for c in containers:
-            if c["name"] == wanted:
-                return c  # type: ignore[no-any-return]
-        raise SystemExit(f"hostnet-rdma: error: pod has no container {wanted!r}")
-    for c in containers:
-        if any(e.get("name") == names.ENV_LAUNCHER for e in c.get("env", [])):
-            return c  # type: ignore[no-any-return]
-    return containers[0]  # type: ignore[no-any-return]
+        if wanted not in containers:
+            raise SystemExit(f"hostnet-rdma: error: pod has no container {wanted!r}")
+        return containers[wanted]  # type: ignore[no-any-return]
+    return containers[training_containers(pod, InjectConfig())[0]]  # type: ignore[no-any-return]
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ import orjson
 
 from app.core import inject, launchers, names, profiles, wrap
 from app.core.launchers import LauncherInfo
-from app.core.params import STEP_NAMES, Params
+from app.core.params import STEP_NAMES, InjectConfig, Params
 
 Obj = dict[str, Any]
 Step = Callable[[Obj, inject.Context], inject.StepOutcome]
@@ -129,6 +129,15 @@ def _training_containers(
     if info.designated_container in by_name:
         return [by_name[info.designated_container]]
     return [0]
+
+
+def training_containers(pod: Obj, config: InjectConfig) -> list[str]:
+    """Names of the containers the webhook treats as training ones: the rule mutate() applies,
+    for tools that look at a pod (`hostnet-rdma verify`). The pod must be well formed."""
+    ann = {str(k): str(v) for k, v in ((pod.get("metadata") or {}).get("annotations") or {}).items()}
+    info = launchers.describe(pod, config.rdzv_port)
+    chosen = _training_containers(pod, info, ann, [], config.rdma_resource_prefixes)
+    return [pod["spec"]["containers"][i]["name"] for i in chosen]
 
 
 def _status(params: Params, info: LauncherInfo, profile: str, applied: list[str], skipped: dict[str, str]) -> str:
