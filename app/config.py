@@ -17,7 +17,7 @@ Example (every key optional; profiles are merged over the built-in ones):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -30,33 +30,40 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+# Defaults come from InjectConfig (the core's): this file only adds names, types and bounds.
+_D = InjectConfig()
+
+
 class _Inject(_Strict):
-    dns: bool = True
-    infiniband: bool = True
-    infiniband_path: str = Field("/dev/infiniband", alias="infinibandPath")
-    shm: bool = True
-    shm_size: str = Field("32Gi", alias="shmSize", pattern=quantity.PATTERN.pattern)
-    capabilities: bool = True
-    privileged: bool = True
-    nccl_env: bool = Field(True, alias="ncclEnv")
-    wrap: bool = True
+    dns: bool = _D.dns
+    infiniband: bool = _D.infiniband
+    infiniband_path: str = Field(_D.infiniband_path, alias="infinibandPath")
+    shm: bool = _D.shm
+    shm_size: str = Field(_D.shm_size, alias="shmSize", pattern=quantity.PATTERN.pattern)
+    capabilities: bool = _D.capabilities
+    privileged: bool = _D.privileged
+    nccl_env: bool = Field(_D.nccl_env, alias="ncclEnv")
+    wrap: bool = _D.wrap
 
 
 class _Wrapper(_Strict):
-    gloo_socket_ifname: bool = Field(True, alias="glooSocketIfname")
-    nccl_socket_ifname: bool = Field(False, alias="ncclSocketIfname")
-    dns_timeout_seconds: int = Field(300, alias="dnsTimeoutSeconds", ge=0, le=3600)
-    min_torch: str = Field("2.5", alias="minTorch", pattern=r"^\d+(\.\d+){0,2}$")
-    rdzv_port: int = Field(23456, alias="rdzvPort", ge=1, le=65535)
-    fabric_preflight: Literal["warn", "strict", "off"] = Field("warn", alias="fabricPreflight")
-    delivery: Literal["initContainer", "inline"] = "initContainer"
-    image: str = Field("", pattern=r"^[^\s]*$", max_length=512)
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", alias="imagePullPolicy")
+    gloo_socket_ifname: bool = Field(_D.gloo_socket_ifname, alias="glooSocketIfname")
+    nccl_socket_ifname: bool = Field(_D.nccl_socket_ifname, alias="ncclSocketIfname")
+    dns_timeout_seconds: int = Field(_D.dns_timeout_seconds, alias="dnsTimeoutSeconds", ge=0, le=3600)
+    min_torch: str = Field(_D.min_torch, alias="minTorch", pattern=r"^\d+(\.\d+){0,2}$")
+    rdzv_port: int = Field(_D.rdzv_port, alias="rdzvPort", ge=1, le=65535)
+    # (the core keeps these as plain strings; the file accepts only the listed values)
+    fabric_preflight: Literal["warn", "strict", "off"] = Field(cast(Any, _D.fabric_preflight), alias="fabricPreflight")
+    delivery: Literal["initContainer", "inline"] = cast(Any, _D.wrapper_delivery)
+    image: str = Field(_D.wrapper_image, pattern=r"^[^\s]*$", max_length=512)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        cast(Any, _D.wrapper_image_pull_policy), alias="imagePullPolicy"
+    )
 
 
 class _Limits(_Strict):
-    max_training_containers: int = Field(8, alias="maxTrainingContainers", ge=1, le=64)
-    max_patch_bytes: int = Field(1 << 20, alias="maxPatchBytes", ge=64 << 10, le=3 << 20)
+    max_training_containers: int = Field(_D.max_training_containers, alias="maxTrainingContainers", ge=1, le=64)
+    max_patch_bytes: int = Field(_D.max_patch_bytes, alias="maxPatchBytes", ge=64 << 10, le=3 << 20)
 
 
 class _Profile(_Strict):
@@ -67,10 +74,10 @@ class _Profile(_Strict):
 class _File(_Strict):
     inject: _Inject = _Inject()  # type: ignore[call-arg]
     wrapper: _Wrapper = _Wrapper()  # type: ignore[call-arg]
-    cluster_domain: str = Field("cluster.local", alias="clusterDomain")
-    rdma_resource_prefixes: list[str] = Field(["rdma/"], alias="rdmaResourcePrefixes")
+    cluster_domain: str = Field(_D.cluster_domain, alias="clusterDomain")
+    rdma_resource_prefixes: list[str] = Field(list(_D.rdma_resource_prefixes), alias="rdmaResourcePrefixes")
     limits: _Limits = _Limits()  # type: ignore[call-arg]
-    default_profile: str = Field("default", alias="defaultProfile")
+    default_profile: str = Field(_D.default_profile, alias="defaultProfile")
     profiles: dict[str, _Profile] = {}
 
 
@@ -86,30 +93,15 @@ def from_dict(data: dict[str, Any] | None) -> InjectConfig:
         profiles[name] = Profile.build(name, dict(p.env), p.description)
     if parsed.default_profile not in profiles:
         raise ConfigError(f"config: defaultProfile {parsed.default_profile!r} is not a known profile")
-    i, w = parsed.inject, parsed.wrapper
+    # Field names match InjectConfig's; the wrapper's delivery keys carry a prefix there.
+    wrapper = {("wrapper_" + k if k in ("delivery", "image", "image_pull_policy") else k): v
+               for k, v in parsed.wrapper.model_dump().items()}  # fmt: skip
     return InjectConfig(
-        dns=i.dns,
-        infiniband=i.infiniband,
-        infiniband_path=i.infiniband_path,
-        shm=i.shm,
-        shm_size=i.shm_size,
-        capabilities=i.capabilities,
-        privileged=i.privileged,
-        nccl_env=i.nccl_env,
-        wrap=i.wrap,
-        gloo_socket_ifname=w.gloo_socket_ifname,
-        nccl_socket_ifname=w.nccl_socket_ifname,
+        **parsed.inject.model_dump(),
+        **wrapper,
+        **parsed.limits.model_dump(),
         cluster_domain=parsed.cluster_domain,
-        rdzv_port=w.rdzv_port,
-        dns_timeout_seconds=w.dns_timeout_seconds,
-        min_torch=w.min_torch,
-        fabric_preflight=w.fabric_preflight,
-        wrapper_delivery=w.delivery,
-        wrapper_image=w.image,
-        wrapper_image_pull_policy=w.image_pull_policy,
         rdma_resource_prefixes=tuple(parsed.rdma_resource_prefixes),
-        max_training_containers=parsed.limits.max_training_containers,
-        max_patch_bytes=parsed.limits.max_patch_bytes,
         profiles=profiles,
         default_profile=parsed.default_profile,
     )
