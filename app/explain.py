@@ -54,9 +54,9 @@ def explain(
     except (InvalidPod, UnsupportedPod) as e:
         steps.append(Step(False, f"the pod cannot be mutated safely: {e}"))
         return steps
-    if result.launcher is None:
+    if result.info is None:
         return steps
-    info = result.launcher
+    info = result.info
     steps.append(Step(True, f"launcher detected: {info.launcher}" + (f" (job {info.job})" if info.job else "")))
     steps.append(
         Step(

@@ -140,7 +140,7 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
         return ReviewResult(
             build_response(uid, warnings=[msg]), "unsupported", uid=uid, namespace=namespace, name=name, warnings=[msg]
         )
-    launcher = result.launcher.launcher if result.launcher else ""
+    launcher = result.info.launcher if result.info else ""
     if not result.changed:
         return ReviewResult(
             build_response(uid, warnings=result.warnings), "unchanged", launcher, uid, namespace, name, result.warnings

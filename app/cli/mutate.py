@@ -16,9 +16,9 @@ from app.core import InvalidPod, Result, UnsupportedPod, mutate, patch
 
 
 def summary(result: Result) -> str:
-    if not result.launcher:
+    if not result.info:
         return f"hostnet-rdma: unchanged: {result.reason}."
-    info = result.launcher
+    info = result.info
     parts = [
         f"hostnet-rdma: launcher {info.launcher}" + (f" (job {info.job})" if info.job else ""),
         f"identity {info.advertised_address or '(none)'}",

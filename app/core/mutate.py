@@ -41,7 +41,7 @@ class Result:
     pod: Obj
     changed: bool
     warnings: list[str] = field(default_factory=list)
-    launcher: LauncherInfo | None = None
+    info: LauncherInfo | None = None  # what the launcher implies; None when nothing was done
     profile: str = ""
     profile_reason: str = ""
     training: list[str] = field(default_factory=list)
@@ -206,7 +206,7 @@ def mutate(pod: Obj, params: Params) -> Result:
         pod=out,
         changed=out != pod,
         warnings=ctx.warnings,
-        launcher=info,
+        info=info,
         profile=profile.name,
         profile_reason=profile_reason,
         training=[out["spec"]["containers"][i]["name"] for i in training],
