@@ -98,7 +98,7 @@ def parse(body: bytes) -> dict[str, Any]:
     return request
 
 
-def review(body: bytes, params: Params) -> ReviewResult:
+def answer(body: bytes, params: Params) -> ReviewResult:
     """Handle one review body. Raises BadReview for a malformed envelope only."""
     request = parse(body)
     uid: str = request["uid"]

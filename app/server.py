@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from app import __version__, config, filewatch
 from app.core import ConfigError, InjectConfig, Params
-from app.review import BadReview, ReviewResult, params_for, review
+from app.review import BadReview, ReviewResult, answer, params_for
 from app.settings import ServerSettings
 
 log = logging.getLogger("hostnet_rdma.admission")
@@ -112,7 +112,7 @@ class Metrics:
 
 class AdmissionHandler:
     """POST /mutate as plain ASGI: FastAPI's routing and request objects cost more than the
-    mutation itself (BENCHMARKS.md). Reads a bounded JSON body, hands it to app.review, counts
+    mutation itself (BENCHMARKS.md). Reads a bounded JSON body, hands it to app.review.answer, counts
     the outcome, writes one log line, answers."""
 
     def __init__(self, settings: ServerSettings, holder: ConfigHolder, metrics: Metrics) -> None:
@@ -153,7 +153,7 @@ class AdmissionHandler:
             if not message.get("more_body"):
                 break
         try:
-            result = review(b"".join(chunks), self.params())
+            result = answer(b"".join(chunks), self.params())
         except BadReview as e:
             return self.reject(400, str(e))
         elapsed = time.perf_counter() - started
