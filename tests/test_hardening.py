@@ -49,7 +49,7 @@ def test_internal_error_outcome_names_the_pod(monkeypatch: pytest.MonkeyPatch) -
     body = orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                          "request": {"uid": "u1", "namespace": "ns", "operation": "CREATE",
                                      "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": pod({})}})  # fmt: skip
-    out = review.review(body, Params())
+    out = review.answer(body, Params())
     assert out.outcome == "error" and out.namespace == "ns" and out.name == "p-0"
     assert "internal error (RuntimeError)" in out.warnings[0]
 
@@ -73,7 +73,7 @@ def test_too_many_training_containers_is_admitted_unchanged_with_the_bound_named
     from app.wrapper import payload
 
     body = _review_body(_many(200))
-    out = review.review(body, Params(wrapper_payload=payload()))
+    out = review.answer(body, Params(wrapper_payload=payload()))
     assert out.outcome == "unsupported"
     assert "200 training containers, more than the bound of 8" in out.warnings[0]
     assert b'"patch"' not in out.body and len(out.body) < 2_000  # no amplification: 200 x 14 KB before
@@ -86,7 +86,7 @@ def test_patch_over_the_byte_bound_is_admitted_unchanged() -> None:
     from app.wrapper import payload
 
     params = Params(config=replace(InjectConfig(), max_patch_bytes=64 << 10), wrapper_payload=payload())
-    out = review.review(_review_body(_many(6)), params)  # 6 wrapped containers: ~90 KB of patch
+    out = review.answer(_review_body(_many(6)), params)  # 6 wrapped containers: ~90 KB of patch
     assert out.outcome == "unsupported" and "over the bound of 65536" in out.warnings[0], out.warnings
     assert b'"patch"' not in out.body
 
