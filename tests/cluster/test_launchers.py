@@ -223,17 +223,28 @@ def read_back(c: Cluster, ns: str, selector: str, case: str) -> None:
         (c.logs / f"pod-{case}.json").write_text(json.dumps(items[0], indent=1, sort_keys=True))
 
 
+def run_job(
+    cluster: Cluster, docs: list[dict[str, Any]], kind: str, name: str, selector: str, done: str, timing: str
+) -> dict[str, str]:
+    """Apply a launcher's job, wait until it reaches `done` (or fails), record the time, and
+    return its pods' logs; a failure shows every pod's status and logs."""
+    t0 = time.monotonic()
+    launchers.apply_with_retry(cluster, docs)
+    outcome = condition(cluster, kind, ML, name, (done, "Failed"), 300)
+    TIMINGS[timing] = time.monotonic() - t0
+    found = logs_of(cluster, ML, selector)
+    assert outcome == done, failure_report(cluster, ML, selector)
+    return found
+
+
 # ------------------------------------------------------------------------------ jobs
 
 
 def test_pytorchjob_elastic_completes(cluster: Cluster, installed: dict[str, float]) -> None:
     """Training Operator v1, elastic c10d: the operator's endpoint names worker-0; exactly that pod hosts."""
-    t0 = time.monotonic()
-    launchers.apply_with_retry(cluster, example("pytorchjob", ML, image_ref(cluster, "train"), torch_sites()))
-    outcome = condition(cluster, "pytorchjob", ML, "ddp-pytorchjob", ("Succeeded", "Failed"), 300)
-    TIMINGS["PyTorchJob (elastic c10d) to Succeeded"] = time.monotonic() - t0
-    found = logs_of(cluster, ML, "training.kubeflow.org/job-name=ddp-pytorchjob")
-    assert outcome == "Succeeded", failure_report(cluster, ML, "training.kubeflow.org/job-name=ddp-pytorchjob")
+    found = run_job(cluster, example("pytorchjob", ML, image_ref(cluster, "train"), torch_sites()), "pytorchjob",
+                    "ddp-pytorchjob", "training.kubeflow.org/job-name=ddp-pytorchjob", "Succeeded",
+                    "PyTorchJob (elastic c10d) to Succeeded")  # fmt: skip
     fields = check_one_store_host(found, "pytorchjob", world=2 * NPROC)
     host = next(f for f in fields if f["is_host"] == "true")
     assert host["local_addr"] == "ddp-pytorchjob-worker-0" and host["endpoint"].startswith("ddp-pytorchjob-worker-0:")
@@ -269,12 +280,8 @@ def test_leaderworkerset_completes_with_the_real_lws_webhook(cluster: Cluster, i
 
 def test_trainjob_completes(cluster: Cluster, installed: dict[str, float]) -> None:
     """Kubeflow Trainer v2 on JobSet: static rendezvous (PET_MASTER_ADDR) once DNS is right."""
-    t0 = time.monotonic()
-    launchers.apply_with_retry(cluster, example("trainjob", ML, image_ref(cluster, "train"), torch_sites()))
-    outcome = condition(cluster, "trainjob", ML, "ddp-trainjob", ("Complete", "Failed"), 300)
-    TIMINGS["TrainJob to Complete"] = time.monotonic() - t0
-    found = logs_of(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-trainjob")
-    assert outcome == "Complete", failure_report(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-trainjob")
+    found = run_job(cluster, example("trainjob", ML, image_ref(cluster, "train"), torch_sites()), "trainjob",
+                    "ddp-trainjob", "jobset.sigs.k8s.io/jobset-name=ddp-trainjob", "Complete", "TrainJob to Complete")  # fmt: skip
     fields = [wrapper_fields(t) for t in found.values()]
     assert all(f["launcher"] == "trainjob" and f["backend"] == "static" for f in fields), fields
     # Trainer sets --nproc-per-node itself ("auto": the CPUs here): every rank must see one
@@ -288,12 +295,8 @@ def test_trainjob_completes(cluster: Cluster, installed: dict[str, float]) -> No
 
 
 def test_plain_jobset_completes_with_the_default_endpoint(cluster: Cluster, installed: dict[str, float]) -> None:
-    t0 = time.monotonic()
-    launchers.apply_with_retry(cluster, example("jobset", ML, image_ref(cluster, "train"), torch_sites()))
-    outcome = condition(cluster, "jobset", ML, "ddp-jobset", ("Completed", "Failed"), 300)
-    TIMINGS["JobSet to Completed"] = time.monotonic() - t0
-    found = logs_of(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-jobset")
-    assert outcome == "Completed", failure_report(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-jobset")
+    found = run_job(cluster, example("jobset", ML, image_ref(cluster, "train"), torch_sites()), "jobset",
+                    "ddp-jobset", "jobset.sigs.k8s.io/jobset-name=ddp-jobset", "Completed", "JobSet to Completed")  # fmt: skip
     fields = check_one_store_host(found, "jobset", world=2 * NPROC)
     assert all(f["endpoint"] == "ddp-jobset-workers-0-0.ddp-jobset:23456" for f in fields), fields
     read_back(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-jobset", "jobset-worker")
@@ -329,12 +332,8 @@ def test_pytorchjob_etcd_v2_same_name_twice(cluster: Cluster, installed: dict[st
         job = docs[0]
         job["metadata"]["name"] = "ddp-etcd"
         job["spec"]["elasticPolicy"].update({"rdzvBackend": "etcd-v2", "rdzvHost": host, "rdzvPort": int(port)})
-        t0 = time.monotonic()
-        launchers.apply_with_retry(cluster, docs)
-        outcome = condition(cluster, "pytorchjob", ML, "ddp-etcd", ("Succeeded", "Failed"), 300)
-        TIMINGS[f"PyTorchJob etcd-v2 run {attempt}"] = time.monotonic() - t0
-        found = logs_of(cluster, ML, "training.kubeflow.org/job-name=ddp-etcd")
-        assert outcome == "Succeeded", failure_report(cluster, ML, "training.kubeflow.org/job-name=ddp-etcd")
+        found = run_job(cluster, docs, "pytorchjob", "ddp-etcd", "training.kubeflow.org/job-name=ddp-etcd",
+                        "Succeeded", f"PyTorchJob etcd-v2 run {attempt}")  # fmt: skip
         fields = [wrapper_fields(t) for t in found.values()]
         assert all(f["backend"] == "etcd-v2" and f["is_host"] == "-" for f in fields), fields
         cluster.kubectl("delete", "pytorchjob", "ddp-etcd", "-n", ML, "--wait=true", "--timeout=60s")
