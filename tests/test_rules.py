@@ -49,7 +49,8 @@ def test_short_options_and_abbreviations_parse_as_torchrun_does(argv: list[str],
 def test_unparseable_argv_is_left_alone_and_said() -> None:
     from app.wrapper import torchrun as w
 
-    args, plan, _, notes = w.plan_for(["--no-such-option", "train.py"], VOLCANO_W1)
+    args, plan = w.plan_for(["--no-such-option", "train.py"], VOLCANO_W1)
+    notes = plan.notes
     assert args == ["--no-such-option", "train.py"]
     assert plan.backend == "unparsed" and "not understood" in notes[0]
 

@@ -500,3 +500,28 @@ def test_missing_real_torchrun_exits_127_with_the_reason(tmp_path: Path) -> None
                        text=True, timeout=60, cwd=ROOT)  # fmt: skip
     assert p.returncode == 127
     assert "the real torchrun is not on PATH after the wrapper; is torch installed in this image?" in p.stderr
+
+
+def test_gloo_interface_is_looked_up_after_the_dns_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh pod's DNS record often appears a few seconds after the container starts. The
+    interface for GLOO_SOCKET_IFNAME must be found after the preflight has waited for it; found
+    before, the name did not resolve, gloo bound 127.0.1.1 and the peers' connects were refused
+    (seen on the cluster tier: PyTorchJob, Connection refused, remote=[127.0.1.1])."""
+    calls = {"n": 0}
+
+    def late_dns(name: str) -> list[str]:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise OSError(-2, "Name or service not known")
+        return ["192.0.2.10"]
+
+    monkeypatch.setattr(w, "resolve", late_dns)
+    monkeypatch.setattr(w, "interface_addresses", lambda: {"eth7": ["192.0.2.10"]})
+    monkeypatch.setattr(w, "run_in", lambda interpreter, code: (1, ""))  # no torch here: skip its checks
+    monkeypatch.setattr(w.time, "sleep", lambda s: None)
+    plan = w.Plan()
+    plan.backend, plan.local_addr, plan.endpoint = "c10d", "late.example", ""
+    env = {"HOSTNET_RDMA_DNS_TIMEOUT": "30", "HOSTNET_RDMA_FABRIC_PREFLIGHT": "off"}
+    extra_env, notes = w.checked(plan, env, None)
+    assert extra_env == {"GLOO_SOCKET_IFNAME": "eth7"}, notes
+    assert not any("left unset" in n for n in notes)

@@ -265,17 +265,26 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
-def plan_for(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], rules.Plan, Dict[str, str], List[str]]:
-    """The final argv, the decision, extra env (GLOO_SOCKET_IFNAME) and the notes to log."""
+def plan_for(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], rules.Plan]:
+    """The final argv and the decision (its notes are logged with the summary)."""
     try:
-        new_args, plan = merge(args, env)
+        return merge(args, env)
     except ArgvError as e:
         plan = rules.Plan()
         plan.backend = "unparsed"
         plan.notes.append(f"torchrun arguments not understood ({e}); passed through unchanged")
-        return list(args), plan, {}, plan.notes
+        return list(args), plan
+
+
+def checked(plan: rules.Plan, env: Mapping[str, str], interpreter: Optional[str]) -> Tuple[Dict[str, str], List[str]]:
+    """Preflight (which waits for this pod's DNS name), then GLOO_SOCKET_IFNAME from the
+    interface that name resolves to. In this order: looked up before its DNS record exists, the
+    name does not resolve, gloo is left to bind 127.0.1.1, and every peer's connect is refused."""
+    if plan.backend not in ("help", "standalone", "unparsed"):
+        fabric_preflight(plan, env)
+        preflight(plan, env, interpreter)
     extra_env, notes = socket_ifnames(plan, env)
-    return new_args, plan, extra_env, plan.notes + notes
+    return extra_env, plan.notes + notes
 
 
 def _report(plan: rules.Plan, env: Mapping[str, str], extra_env: Dict[str, str], notes: List[str]) -> None:
@@ -306,11 +315,11 @@ def fabric_preflight(plan: rules.Plan, env: Mapping[str, str]) -> None:
         )
 
 
-def _dry_run(
-    new_args: List[str], plan: rules.Plan, env: Mapping[str, str], extra_env: Dict[str, str], notes: List[str]
-) -> None:
-    """HOSTNET_RDMA_DRY_RUN: the log lines and the fabric checks, then the final argv as JSON."""
-    _report(plan, env, extra_env, notes)
+def _dry_run(new_args: List[str], plan: rules.Plan, env: Mapping[str, str]) -> None:
+    """HOSTNET_RDMA_DRY_RUN: the log lines and the fabric checks, then the final argv as JSON
+    (no DNS wait: the interface is looked up with whatever resolves now)."""
+    extra_env, notes = socket_ifnames(plan, env)
+    _report(plan, env, extra_env, plan.notes + notes)
     try:
         fabric_preflight(plan, env)
     except PreflightError as e:
@@ -322,18 +331,16 @@ def _dry_run(
 def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
     """The PATH shim's entry: decide, check, then exec the real torchrun."""
     env = dict(os.environ if env is None else env)
-    new_args, plan, extra_env, notes = plan_for(args, env)
+    new_args, plan = plan_for(args, env)
     if truthy(env.get(rules.ENV_DRY_RUN)):
-        _dry_run(new_args, plan, env, extra_env, notes)
+        _dry_run(new_args, plan, env)
         return 0
     real = find_real_torchrun(env)
     if real is None:
         log("the real torchrun is not on PATH after the wrapper; is torch installed in this image?")
         return 127
     try:
-        if plan.backend not in ("help", "standalone", "unparsed"):
-            fabric_preflight(plan, env)
-            preflight(plan, env, interpreter_of(real))
+        extra_env, notes = checked(plan, env, interpreter_of(real))
     except PreflightError as e:
         log(f"error: {e}")
         return 1
@@ -350,14 +357,12 @@ def intercept(argv: List[str]) -> None:
     path, another PATH, a login shell, `python -m torch.distributed.run`): rewrite its argv in
     place before torchrun parses it. Exits the process on a preflight failure or a dry run."""
     env = os.environ
-    new_args, plan, extra_env, notes = plan_for(argv[1:], env)
+    new_args, plan = plan_for(argv[1:], env)
     if truthy(env.get(rules.ENV_DRY_RUN)):
-        _dry_run(new_args, plan, env, extra_env, notes)
+        _dry_run(new_args, plan, env)
         os._exit(0)
     try:
-        if plan.backend not in ("help", "standalone", "unparsed"):
-            fabric_preflight(plan, env)
-            preflight(plan, env, sys.executable)
+        extra_env, notes = checked(plan, env, sys.executable)
     except PreflightError as e:
         log(f"error: {e}")
         sys.stderr.flush()
