@@ -268,7 +268,8 @@ def log(message: str) -> None:
 def plan_for(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], rules.Plan]:
     """The final argv and the decision (its notes are logged with the summary)."""
     try:
-        return merge(args, env)
+        new_args, plan = merge(args, env)
+        return list(new_args), plan
     except ArgvError as e:
         plan = rules.Plan()
         plan.backend = "unparsed"
