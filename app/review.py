@@ -63,12 +63,15 @@ def _warning(text: str) -> str:
     return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
 
 
-def build_response(uid: str, ops: list[dict[str, Any]] | None = None, warnings: list[str] | None = None) -> bytes:
-    """The one place that copies the UID and serialises the patch."""
+def build_response(
+    uid: str, ops: list[dict[str, Any]] | bytes | None = None, warnings: list[str] | None = None
+) -> bytes:
+    """The one place that copies the UID and serialises the patch (`ops` may come encoded)."""
     response: AdmissionResponse = {"uid": uid, "allowed": True}
     if ops:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(orjson.dumps(ops)).decode("ascii")
+        encoded = ops if isinstance(ops, bytes) else orjson.dumps(ops)
+        response["patch"] = base64.b64encode(encoded).decode("ascii")
     if warnings:
         response["warnings"] = [_warning(w) for w in warnings]
     return orjson.dumps({"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response})
@@ -146,11 +149,12 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
             build_response(uid, warnings=result.warnings), "unchanged", launcher, uid, namespace, name, result.warnings
         )
     ops = patch.diff(pod, result.pod)  # result.changed: there is at least one op
-    size = len(orjson.dumps(ops))
+    encoded = orjson.dumps(ops)  # once: for the bound and for the answer
+    size = len(encoded)
     if size > params.config.max_patch_bytes:
         msg = (f"pod left unchanged: its patch would be {size} bytes, over the bound of "
                f"{params.config.max_patch_bytes} (config limits.maxPatchBytes)")  # fmt: skip
         return ReviewResult(build_response(uid, warnings=[msg]), "unsupported", launcher, uid, namespace, name, [msg])
     return ReviewResult(
-        build_response(uid, ops, result.warnings), "mutated", launcher, uid, namespace, name, result.warnings
+        build_response(uid, encoded, result.warnings), "mutated", launcher, uid, namespace, name, result.warnings
     )
