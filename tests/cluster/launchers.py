@@ -116,14 +116,7 @@ def install(c: Cluster, name: str) -> float:
               stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), timeout=180)  # fmt: skip
     deployments = [d["metadata"]["name"] for d in docs if d.get("kind") == "Deployment"]
     for dep in deployments:
-        p = subprocess.run(
-            [str(c.bin / "kubectl"), "rollout", "status", f"deploy/{dep}", "-n", ctl.namespace, "--timeout=180s"],
-            capture_output=True, text=True, env=c.env(), timeout=200,
-        )  # fmt: skip
-        if p.returncode != 0:
-            log(c.kubectl("get", "pods", "-n", ctl.namespace, "-o", "wide", check=False))
-            log(c.kubectl("logs", "-n", ctl.namespace, f"deploy/{dep}", "--tail=60", check=False))
-            raise RuntimeError(f"{name}: deployment {dep} not ready: {p.stderr}")
+        wait_ready(c, ctl, dep)
     hooks = {(d["kind"], d["metadata"]["name"]) for d in docs if d.get("kind", "").endswith("WebhookConfiguration")}
     deadline = time.monotonic() + 120
     while True:
@@ -139,6 +132,38 @@ def install(c: Cluster, name: str) -> float:
     elapsed = time.monotonic() - t0
     log(f"launcher {name} {ctl.version} installed in {elapsed:.1f}s")
     return elapsed
+
+
+# cert-controller (which all four controllers embed) can miss its own Secret write: its
+# webhook reconciler reads the Secret from a second cache that may still hold the empty one,
+# logs this, and never looks again, so readiness stays "certificates are not ready" for good.
+# Upstream: open-policy-agent/cert-controller, e.g. kueue#622, metallb#1814. A restarted pod
+# finds the written Secret at start; that is what users are told to do, so the tests do it once.
+CERT_RACE = "secret is not well-formed, cannot update webhook configurations"
+
+
+def rollout(c: Cluster, ctl: Controller, dep: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(c.bin / "kubectl"), "rollout", "status", f"deploy/{dep}", "-n", ctl.namespace, f"--timeout={timeout}s"],
+        capture_output=True, text=True, env=c.env(), timeout=timeout + 20,
+    )  # fmt: skip
+
+
+def wait_ready(c: Cluster, ctl: Controller, dep: str) -> None:
+    p = rollout(c, ctl, dep, 120)
+    if p.returncode == 0:
+        return
+    logs = c.kubectl("logs", "-n", ctl.namespace, f"deploy/{dep}", "--tail=200", check=False)
+    if CERT_RACE in logs:
+        log(f"{ctl.name}: {dep} not ready, its log shows cert-controller's stale-Secret race; restarting it once")
+        c.kubectl("rollout", "restart", f"deploy/{dep}", "-n", ctl.namespace)
+        p = rollout(c, ctl, dep, 180)
+        if p.returncode == 0:
+            return
+        logs = c.kubectl("logs", "-n", ctl.namespace, f"deploy/{dep}", "--tail=200", check=False)
+    log(c.kubectl("get", "pods", "-n", ctl.namespace, "-o", "wide", check=False))
+    log("\n".join(logs.splitlines()[-60:]))
+    raise RuntimeError(f"{ctl.name}: deployment {dep} not ready: {p.stderr}")
 
 
 def apply_with_retry(c: Cluster, docs: list[dict[str, Any]], timeout: float = 90) -> None:
