@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from app.core import names
-from app.core.wrap import BOOTSTRAP, BOOTSTRAP_INSTALLED, INSTALLED
+from app.core.wrap import BOOTSTRAP, BOOTSTRAP_PATH
 from app.wrapper import payload
+from app.wrapper.rules import BOOTSTRAP_FILE
 
 ENV = {
     "HOSTNET_RDMA_LAUNCHER": "job",
@@ -91,7 +92,7 @@ def run(sandbox: dict[str, Path], command: list[str], **extra: str) -> subproces
         **extra,
     }
     if str(sandbox["delivery"]) == "initContainer":
-        argv = ["/bin/sh", "-c", BOOTSTRAP_INSTALLED, names.BOOTSTRAP_ARGV0, INSTALLED, *command]
+        argv = [str(sandbox["bin"] / BOOTSTRAP_FILE), *command]  # BOOTSTRAP_PATH in this sandbox
     else:
         argv = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, payload(), *command]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
@@ -180,21 +181,43 @@ def test_user_pythonpath_is_kept_after_ours(sandbox: dict[str, Path]) -> None:
     assert parts[1:] == [str(sandbox["torch"]), str(sandbox["image_site"])]
 
 
-def test_installed_delivery_without_the_files_runs_unwrapped_and_says_so(tmp_path: Path) -> None:
-    """The init container did not run (or wrote elsewhere): the command still runs, with a line
+def test_installed_bootstrap_without_python_runs_unwrapped_and_says_so(tmp_path: Path) -> None:
+    """An image with no python cannot run the wrapper: the command still runs, with a line
     saying torchrun is not wrapped, instead of a pod that fails to start."""
-    env = {"PATH": "/usr/bin:/bin", names.ENV_PREFIX + "BIN_DIR": str(tmp_path / "empty")}
-    argv = ["/bin/sh", "-c", BOOTSTRAP_INSTALLED, names.BOOTSTRAP_ARGV0, INSTALLED, "echo", "ran"]
-    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+    from app.wrapper import install
+
+    install.install(tmp_path / "bin")
+    (tmp_path / "empty").mkdir()
+    p = subprocess.run([str(tmp_path / "bin" / BOOTSTRAP_FILE), "/bin/echo", "ran"], env={"PATH": str(tmp_path / "empty")},
+                       capture_output=True, text=True, timeout=30)  # fmt: skip
     assert p.returncode == 0 and p.stdout.strip() == "ran"
-    assert f"the torchrun wrapper is not installed in {tmp_path / 'empty'}" in p.stderr
+    assert "no python3 in this image; torchrun runs without the wrapper" in p.stderr
+
+
+def test_the_core_starts_the_command_with_the_file_the_init_container_copies(tmp_path: Path) -> None:
+    from app import config
+    from app.core import Params, mutate
+    from app.wrapper import install
+
+    cfg = config.from_dict({"wrapper": {"image": "registry.example/hostnet-rdma:test"}})
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
+           "spec": {"hostNetwork": True, "hostname": "p", "subdomain": "s",
+                    "containers": [{"name": "c", "image": "x", "command": ["torchrun", "t.py"]}]}}  # fmt: skip
+    out = mutate(pod, Params(config=cfg, namespace="ns")).pod["spec"]
+    assert out["containers"][0]["command"] == [BOOTSTRAP_PATH, "torchrun", "t.py"]
+    # ... a file the init container's copy puts there, executable.
+    install.install(tmp_path / "image")
+    (tmp_path / "bin").mkdir()
+    subprocess.run(init_container_command(str(tmp_path / "image"), str(tmp_path / "bin")), check=True)
+    assert os.access(tmp_path / "bin" / BOOTSTRAP_PATH.rsplit("/", 1)[1], os.X_OK)
 
 
 def test_install_writes_the_files_atomically_and_reports_failure(tmp_path: Path) -> None:
     from app.wrapper import FILES, install
 
     written = install.install(tmp_path / "bin")
-    assert sorted(p.name for p in written) == sorted([*FILES, "torchrun"])
+    assert sorted(p.name for p in written) == sorted([*FILES, "torchrun", BOOTSTRAP_FILE])
+    assert os.access(tmp_path / "bin" / BOOTSTRAP_FILE, os.X_OK)
     assert os.access(tmp_path / "bin" / "torchrun", os.X_OK)
     assert not [p for p in (tmp_path / "bin").rglob("*.*[0-9]")], "temporary files left behind"
     for name, source in FILES.items():

@@ -1,8 +1,10 @@
 """Put the torchrun wrapper in front of a training container's command.
 
-The container's original command runs behind a small sh bootstrap that writes the wrapper
-files into an injected emptyDir, puts the `torchrun` shim first on PATH and the start-up hook
-(sitecustomize) first on PYTHONPATH, so torchrun is caught however it starts: the argv itself,
+The container's original command runs behind a small sh bootstrap that puts the `torchrun`
+shim first on PATH and the start-up hook (sitecustomize) first on PYTHONPATH. The wrapper's
+files are in an injected emptyDir: copied there by an init container from the webhook's
+image (the bootstrap is one of them), or written there by the bootstrap itself from the pod
+spec (wrapper.delivery: inline). So torchrun is caught however it starts: the argv itself,
 `bash -c`, a user script, an absolute path, an activated venv, a login shell, or
 `python -m torch.distributed.run`. A container with no `command` runs its image entrypoint,
 unknown at admission: it gets the complete PET_* env the launcher implies instead (torchrun
@@ -53,35 +55,33 @@ BOOTSTRAP = (
     'exec "$@"\n'
 )
 
-# The bootstrap when an init container installed the files (wrapper.delivery: initContainer):
-# nothing to write, so it is short; $1 is a placeholder for the payload.
-BOOTSTRAP_INSTALLED = (
-    "d=${" + rules.ENV_BIN_DIR + ":-" + names.BIN_DIR + "}\n"
-    "shift\n"
-    'p="`command -v python3 || command -v python`"\n'
-    'if [ -n "$p" ] && [ -x "$d/torchrun" ]; then\n'
-    "  " + rules.ENV_PYTHON + '="$p"; PATH="$d:$PATH"; PYTHONPATH="$d/py${PYTHONPATH:+:$PYTHONPATH}"\n'
-    "  export " + rules.ENV_PYTHON + " PATH PYTHONPATH\n"
-    "else\n"
-    '  echo "hostnet-rdma: the torchrun wrapper is not installed in $d (no python3 in this image?); running without it" >&2\n'
-    "fi\n"
-    'exec "$@"\n'
-)
-INSTALLED = "-"  # the payload argument when the files come from the init container
+# With wrapper.delivery: initContainer the files, the bootstrap among them, are in BIN_DIR
+# before the container starts: its command is this path followed by the original argv.
+BOOTSTRAP_PATH = names.BIN_DIR + "/" + rules.BOOTSTRAP_FILE
 
 _TORCHRUN = re.compile(r"(^|[\s/;&|(`\"'])torchrun($|[\s;&|)`\"'])")
 _MODULE_RUN = re.compile(r"torch\.distributed\.(run|launch)\b")
 
 
+def _unwrapped(cmd: Any) -> list[Any] | None:
+    """The original command of a wrapped one (either delivery), None when it is not wrapped."""
+    if not isinstance(cmd, list) or not cmd:
+        return None
+    if cmd[0] == BOOTSTRAP_PATH:
+        return cmd[1:]
+    if len(cmd) >= 5 and cmd[:2] == ["/bin/sh", "-c"] and cmd[3] == names.BOOTSTRAP_ARGV0:
+        return cmd[5:]
+    return None
+
+
 def is_wrapped(container: Obj) -> bool:
-    cmd = container.get("command")
-    return isinstance(cmd, list) and len(cmd) >= 5 and cmd[:2] == ["/bin/sh", "-c"] and cmd[3] == names.BOOTSTRAP_ARGV0
+    return _unwrapped(container.get("command")) is not None
 
 
 def original_argv(container: Obj) -> list[str]:
     cmd = container.get("command") or []
-    if is_wrapped(container):
-        cmd = cmd[5:]
+    rest = _unwrapped(cmd)
+    cmd = cmd if rest is None else rest
     return [str(x) for x in cmd] + [str(x) for x in container.get("args") or []]
 
 
@@ -257,9 +257,10 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
             _pet_fallback(c, env, ctx, owned)
             continue
         _endpoint_check(c, ctx, owned)
-        rest = c["command"][5:] if is_wrapped(c) else list(c["command"])
+        rest = _unwrapped(c["command"])
+        rest = list(c["command"]) if rest is None else rest
         if init_image:
-            c["command"] = ["/bin/sh", "-c", BOOTSTRAP_INSTALLED, names.BOOTSTRAP_ARGV0, INSTALLED, *rest]
+            c["command"] = [BOOTSTRAP_PATH, *rest]
         else:
             c["command"] = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, ctx.params.wrapper_payload, *rest]
         add_mount(c, names.VOL_BIN, names.BIN_DIR)

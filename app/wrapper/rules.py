@@ -21,6 +21,9 @@ import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 # ---------------------------------------------------------------------------- contract
+# The file an init container installs beside the `torchrun` shim; the training container's
+# command becomes [BIN_DIR/BOOTSTRAP_FILE, *original argv].
+BOOTSTRAP_FILE = "bootstrap"
 # Env the webhook sets for the wrapper (documented in the README). Everything else reads these.
 ENV_PREFIX = "HOSTNET_RDMA_"
 ENV_LAUNCHER = "HOSTNET_RDMA_LAUNCHER"
