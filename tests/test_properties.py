@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core import Params, UnsupportedPod, mutate
+from app.core import Params, UnsupportedPod, mutate, shwords
 from app.core import patch as jp
 from tests.patching import apply_patch
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PARAMS = Params(namespace="ns", wrapper_payload="<payload>", version="test")
 
@@ -197,26 +202,35 @@ def _shlex_words(script: str) -> list[str]:
 
 @settings(max_examples=3000)
 @given(st.text(alphabet="ab1-=/.,:;&|()<>$x{} \t\r\n\x0b\x0c\u00a0", max_size=40))
-def test_fast_script_split_is_shlex(script: str) -> None:
-    """The regex split used for scripts without quotes/escapes/comments is shlex's split."""
-    from app.core.wrap import split_script
-
-    assert split_script(script) == _shlex_words(script)
+def test_script_split_without_quotes_is_shlex(script: str) -> None:
+    assert shwords.split(script) == _shlex_words(script)
 
 
-@settings(max_examples=1000)
-@given(st.text(alphabet="ab1-=/ ;&|\"'\\#\n", max_size=30))
-def test_script_split_with_quotes_is_shlex(script: str) -> None:
-    from app.core.wrap import split_script
+@settings(max_examples=5000)
+@given(st.text(alphabet="ab1-=/ ;&|()<>\"'\\#\n\t$x", max_size=40))
+def test_script_split_with_quotes_escapes_and_comments_is_shlex(script: str) -> None:
+    _same_as_shlex(script)
 
+
+def _same_as_shlex(script: str) -> None:
     try:
         want = _shlex_words(script)
-    except ValueError:  # unbalanced quotes: both refuse
-        with contextlib.suppress(ValueError):
-            split_script(script)
-            raise AssertionError("split_script accepted what shlex refuses") from None
+    except ValueError as e:  # unbalanced quotes, trailing backslash: both refuse, alike
+        with pytest.raises(ValueError) as ours:
+            shwords.split(script)
+        assert str(ours.value) == str(e)
         return
-    assert split_script(script) == want
+    assert shwords.split(script) == want
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in (ROOT / "tests").glob("golden*/**/*.yaml")))
+def test_script_split_of_every_golden_script_is_shlex(path: str) -> None:
+    doc = yaml.safe_load(Path(path).read_text())
+    pod = doc.get("pod", doc) if isinstance(doc, dict) else {}
+    for c in ((pod or {}).get("spec") or {}).get("containers") or []:
+        for word in [*(c.get("command") or []), *(c.get("args") or [])]:
+            if isinstance(word, str) and " " in word:
+                _same_as_shlex(word)
 
 
 @settings(max_examples=3000)

@@ -14,10 +14,9 @@ reads it itself), with a warning. The decision is app.wrapper.rules, shared with
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Any
 
-from app.core import names
+from app.core import names, shwords
 from app.core.inject import Context, StepOutcome
 from app.core.podspec import Env, add_mount, add_volume, child, child_list, find_named
 from app.wrapper import rules
@@ -96,25 +95,10 @@ _SHELL_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;"}
 _DOLLAR_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-# A script without quotes, escapes or comments splits the same with this regex as with shlex
-# (words, and runs of shlex's punctuation characters), 10x faster; the property test checks it.
-_NEEDS_SHLEX = re.compile(r"[\"'\\#]")
-_PLAIN_WORDS = re.compile(r"[();<>|&]+|[^ \t\r\n();<>|&]+")  # shlex's whitespace only
-
-
-def split_script(script: str) -> list[str]:
-    """`sh -c` script -> words and operators, as shlex (posix, punctuation_chars) splits it."""
-    if not _NEEDS_SHLEX.search(script):
-        return _PLAIN_WORDS.findall(script)
-    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    return list(lexer)
-
-
 def _tokens(argv: list[str]) -> list[str]:
     """The container's command as words, a `sh -c STRING` split as the shell would (best effort)."""
     if len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in _SHELLS and argv[1].startswith("-") and "c" in argv[1]:
-        return split_script(argv[2])
+        return shwords.split(argv[2])
     return argv
 
 
