@@ -54,7 +54,7 @@ class _Wrapper(_Strict):
     rdzv_port: int = Field(_D.rdzv_port, alias="rdzvPort", ge=1, le=65535)
     # (the core keeps these as plain strings; the file accepts only the listed values)
     fabric_preflight: Literal["warn", "strict", "off"] = Field(cast(Any, _D.fabric_preflight), alias="fabricPreflight")
-    delivery: Literal["initContainer", "inline"] = cast(Any, _D.wrapper_delivery)
+    delivery: Literal["imageVolume", "initContainer", "inline"] = cast(Any, _D.wrapper_delivery)
     image: str = Field(_D.wrapper_image, pattern=r"^[^\s]*$", max_length=512)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         cast(Any, _D.wrapper_image_pull_policy), alias="imagePullPolicy"

@@ -1,6 +1,7 @@
 """Golden files: tests/golden/<launcher>/<case>.yaml -> <case>.expected.yaml, with the built-in
 config (no wrapper image, so the wrapper is inlined); tests/golden-init/<case>.yaml with the
-chart's default delivery, an init container from the webhook's image (INIT_CONFIG).
+wrapper copied by an init container from the webhook's image, tests/golden-image/<case>.yaml
+with it mounted from that image as a volume (DELIVERY_CONFIGS).
 
 REFRESH_GOLDEN=1 rewrites the expected files. Each case also applies the JSON Patch to the
 input (what the API server does) and checks that a second pass changes nothing.
@@ -22,12 +23,14 @@ from app.core import patch as jp
 from tests.patching import apply_patch
 
 GOLDEN = Path(__file__).parent / "golden"
-GOLDEN_INIT = Path(__file__).parent / "golden-init"
+DELIVERY_CONFIGS = {
+    Path(__file__).parent / f"golden-{suffix}": config.from_dict(
+        {"wrapper": {"delivery": delivery, "image": "registry.example/hostnet-rdma:0.1.0"}}
+    )
+    for suffix, delivery in (("init", "initContainer"), ("image", "imageVolume"))
+}
 INPUTS = sorted(p for p in GOLDEN.glob("*/*.yaml") if not p.name.endswith(".expected.yaml"))
-INIT_INPUTS = sorted(p for p in GOLDEN_INIT.glob("*.yaml") if not p.name.endswith(".expected.yaml"))
-INIT_CONFIG = config.from_dict(
-    {"wrapper": {"delivery": "initContainer", "image": "registry.example/hostnet-rdma:0.1.0"}}
-)
+DELIVERY_INPUTS = sorted(p for d in DELIVERY_CONFIGS for p in d.glob("*.yaml") if not p.name.endswith(".expected.yaml"))
 REFRESH = os.environ.get("REFRESH_GOLDEN", "") not in ("", "0", "false")
 # A fixed stand-in keeps golden files readable and stable when the wrapper source changes.
 PAYLOAD = "<wrapper-payload>"
@@ -35,8 +38,8 @@ PAYLOAD = "<wrapper-payload>"
 
 def params_for(pod: dict[str, Any], case: Path | None = None) -> Params:
     ns = (pod.get("metadata") or {}).get("namespace") or "default"
-    if case is not None and case.parent == GOLDEN_INIT:
-        return Params(config=INIT_CONFIG, namespace=ns, wrapper_payload=PAYLOAD, version="test")
+    if case is not None and case.parent in DELIVERY_CONFIGS:
+        return Params(config=DELIVERY_CONFIGS[case.parent], namespace=ns, wrapper_payload=PAYLOAD, version="test")
     return Params(namespace=ns, wrapper_payload=PAYLOAD, version="test")
 
 
@@ -48,7 +51,7 @@ def expected_path(case: Path) -> Path:
     return case.with_name(case.name[: -len(".yaml")] + ".expected.yaml")
 
 
-@pytest.mark.parametrize("case", INPUTS + INIT_INPUTS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("case", INPUTS + DELIVERY_INPUTS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_golden(case: Path) -> None:
     pod = yaml.safe_load(case.read_text())
     result = mutate(pod, params_for(pod, case))
@@ -73,10 +76,9 @@ def test_golden(case: Path) -> None:
 
 
 def test_no_stale_goldens() -> None:
-    inputs = {expected_path(p) for p in INPUTS + INIT_INPUTS}
-    stale = [
-        str(p) for p in [*GOLDEN.glob("*/*.expected.yaml"), *GOLDEN_INIT.glob("*.expected.yaml")] if p not in inputs
-    ]
+    inputs = {expected_path(p) for p in INPUTS + DELIVERY_INPUTS}
+    expected = [*GOLDEN.glob("*/*.expected.yaml"), *(p for d in DELIVERY_CONFIGS for p in d.glob("*.expected.yaml"))]
+    stale = [str(p) for p in expected if p not in inputs]
     assert not stale, f"expected files without an input case: {stale}"
 
 

@@ -87,9 +87,11 @@ class InjectConfig:
     dns_timeout_seconds: int = 300
     min_torch: str = "2.5"
     fabric_preflight: str = "warn"
-    # How the wrapper files reach the pod: "initContainer" copies them from wrapper_image into
-    # the injected emptyDir (small pod spec); "inline" carries them in the command (no image
-    # pull). With no image configured (the CLI, no config) there is nothing to copy from: inline.
+    # How the wrapper files reach the pod: "imageVolume" mounts them read-only from wrapper_image
+    # (Kubernetes 1.35+ with containerd 2.1+ / CRI-O 1.31+: smallest pod, no extra container);
+    # "initContainer" copies them from wrapper_image into the injected emptyDir; "inline"
+    # carries them in the command (no image pull). With no image configured (the CLI, no
+    # config) there is nothing to mount or copy from: inline.
     wrapper_delivery: str = "initContainer"
     wrapper_image: str = ""
     wrapper_image_pull_policy: str = "IfNotPresent"

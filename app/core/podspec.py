@@ -46,13 +46,18 @@ def mount_at(container: Obj, path: str) -> Obj | None:
     return None
 
 
-def add_mount(container: Obj, name: str, path: str) -> None:
+def add_mount(container: Obj, name: str, path: str, sub_path: str = "", read_only: bool = False) -> None:
     if mount_at(container, path) is not None:
         return
     mounts = child_list(container, "volumeMounts")
     if find_named(mounts, name) is not None:
         return
-    mounts.append({"name": name, "mountPath": path})
+    mount: Obj = {"name": name, "mountPath": path}
+    if sub_path:
+        mount["subPath"] = sub_path
+    if read_only:
+        mount["readOnly"] = True
+    mounts.append(mount)
 
 
 class Env:

@@ -209,8 +209,11 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         )
         return "no stable DNS name for this pod"
     cfg = ctx.params.config
-    init_image = cfg.wrapper_image if cfg.wrapper_delivery == "initContainer" else ""
-    if not init_image and not ctx.params.wrapper_payload:
+    # The files come from the image (mounted, or copied by an init container) or inline; with
+    # no image configured there is nothing to mount or copy from.
+    image = cfg.wrapper_image
+    delivery = cfg.wrapper_delivery if image else "inline"
+    if delivery == "inline" and not ctx.params.wrapper_payload:
         return "no wrapper payload configured"
     identities = info.identities(ctx.params.namespace, cfg.cluster_domain)
     owned = {
@@ -243,17 +246,25 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         _endpoint_check(c, ctx, owned)
         rest = _unwrapped(c["command"])
         rest = list(c["command"]) if rest is None else rest
-        if init_image:
+        if delivery != "inline":
             c["command"] = [BOOTSTRAP_PATH, *rest]
         else:
             c["command"] = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, ctx.params.wrapper_payload, *rest]
-        add_mount(c, names.VOL_BIN, names.BIN_DIR)
+        if delivery == "imageVolume":
+            # The image's wrapper directory itself, read-only: no copy, no extra container.
+            add_mount(c, names.VOL_BIN, names.BIN_DIR, sub_path=names.IMAGE_WRAPPER_DIR.lstrip("/"), read_only=True)
+        else:
+            add_mount(c, names.VOL_BIN, names.BIN_DIR)
         wrapped_any = True
     if wrapped_any:
         spec = child(pod, "spec")
-        add_volume(spec, {"name": names.VOL_BIN, "emptyDir": {"sizeLimit": "16Mi"}})
-        if init_image:
-            _add_init_container(spec, init_image, cfg.wrapper_image_pull_policy)
+        pull = cfg.wrapper_image_pull_policy
+        if delivery == "imageVolume":
+            add_volume(spec, {"name": names.VOL_BIN, "image": {"reference": image, "pullPolicy": pull}})
+        else:
+            add_volume(spec, {"name": names.VOL_BIN, "emptyDir": {"sizeLimit": "16Mi"}})
+        if delivery == "initContainer":
+            _add_init_container(spec, image, pull)
     return None
 
 

@@ -411,17 +411,18 @@ def test_explain_reads_the_excluded_namespaces_from_the_installed_configuration(
     assert p.returncode == 1 and "no MutatingWebhookConfiguration 'no-such-release'" in p.stdout, p.stdout
 
 
-@pytest.mark.parametrize("case", sorted(p for p in (ROOT / "tests" / "golden-init").glob("*.yaml")
-                                        if not p.name.endswith(".expected.yaml")), ids=lambda p: p.stem)  # fmt: skip
-def test_init_container_delivery_is_a_pod_the_api_server_accepts(kube: Kube, case: Path) -> None:
-    """The chart's default delivery (an init container from the webhook's image): the API server
-    validates and stores the pod as the core made it (created where no webhook runs)."""
-    from tests.test_golden import INIT_CONFIG
+@pytest.mark.parametrize("case", sorted(p for d in ("golden-init", "golden-image") for p in (ROOT / "tests" / d).glob("*.yaml")
+                                        if not p.name.endswith(".expected.yaml")), ids=lambda p: f"{p.parent.name}/{p.stem}")  # fmt: skip
+def test_image_deliveries_are_pods_the_api_server_accepts(kube: Kube, case: Path) -> None:
+    """The wrapper from the webhook's image, copied by an init container or mounted as an image
+    volume: the API server validates and stores the pod as the core made it (created where no
+    webhook runs)."""
+    from tests.test_golden import DELIVERY_CONFIGS
 
     pod = load(case)
-    pod["metadata"]["name"] = f"init-{case.stem}"
+    pod["metadata"]["name"] = f"{case.parent.name}-{case.stem}"
     want = mutate({**pod, "metadata": {**pod["metadata"], "namespace": OFF}},
-                  Params(config=INIT_CONFIG, namespace=OFF, wrapper_payload=payload(), version="0.1.0")).pod  # fmt: skip
+                  Params(config=DELIVERY_CONFIGS[case.parent], namespace=OFF, wrapper_payload=payload(), version="0.1.0")).pod  # fmt: skip
     r = kube.create_pod(OFF, want)
     assert r.status_code == 201, r.text
     stored = r.json()["spec"]
@@ -434,3 +435,8 @@ def test_init_container_delivery_is_a_pod_the_api_server_accepts(kube: Kube, cas
             assert got_c.get(key) == want_c.get(key), (case.stem, key)
     for got_c, want_c in zip(stored["containers"], want["spec"]["containers"], strict=True):
         assert got_c.get("command") == want_c.get("command")
+        assert got_c.get("volumeMounts") == want_c.get("volumeMounts")
+    # The API server keeps the image volume as written (a server without the feature drops it).
+    assert [v for v in stored["volumes"] if v["name"] == "hostnet-rdma-bin"] == [
+        v for v in want["spec"]["volumes"] if v["name"] == "hostnet-rdma-bin"
+    ]
