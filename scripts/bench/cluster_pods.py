@@ -4,11 +4,11 @@ and without the webhook. Needs root; builds or reuses the cached binaries and im
 
 For each round, N host-network pods (the training image, `sleep`) are created at once in the
 namespace that is not opted in, then in the opted-in one (mutated: plumbing, NCCL env, the
-wrapper bootstrap). The rounds run first with the chart's default wrapper delivery (an init
-container from the webhook's image), then, after `helm upgrade --set
-config.wrapper.delivery=inline`, with the wrapper inlined in the pod spec; each phase has its
-own rounds without the webhook, so the two deliveries are compared against the same baseline. Each pod's latency runs from just before its POST to the first watch event
-that shows it Running. Pods are deleted between batches. Prints a table and one JSON line.
+wrapper bootstrap). One phase per wrapper delivery (`helm upgrade --set
+config.wrapper.delivery=...`: an image volume, an init container, inline), each with its own
+rounds without the webhook, so the deliveries are compared against the same baseline. Each
+pod's latency runs from just before its POST to the first poll that shows it Running. Pods
+are deleted between batches. Prints a table and one JSON line.
 
     sudo .venv/bin/python scripts/bench/cluster_pods.py [--pods 20] [--rounds 3] [--out FILE]
 """
@@ -96,12 +96,14 @@ def batch(
         assert "hostnet-rdma.io/injected" in got["metadata"].get("annotations", {}), "opted-in pod was not mutated"
         inits = [i["name"] for i in got["spec"].get("initContainers") or []]
         assert ("hostnet-rdma-wrapper" in inits) == (delivery == "initContainer"), (delivery, inits)
+        image_volumes = [v["name"] for v in got["spec"]["volumes"] if "image" in v]
+        assert (image_volumes == ["hostnet-rdma-bin"]) == (delivery == "imageVolume"), (delivery, image_volumes)
     c.kubectl("delete", "pods", "-n", ns, "-l", "bench=1", "--wait=true", "--timeout=120s")
     return [running[x] - sent[x] for x in names]
 
 
-ROWS = ("without webhook (initContainer phase)", "with webhook, initContainer",
-        "without webhook (inline phase)", "with webhook, inline")  # fmt: skip
+DELIVERIES = ("imageVolume", "initContainer", "inline")
+ROWS = tuple(row for d in DELIVERIES for row in (f"without webhook ({d} phase)", f"with webhook, {d}"))
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -137,11 +139,10 @@ def main() -> int:
                            verify=str(c.pki / "ca.crt"), timeout=30)  # fmt: skip
         batch(c, api, release.OFF, 4, image, "warmup")  # first container starts pay one-off costs
         results: dict[str, list[float]] = {k: [] for k in ROWS}
-        for delivery in ("initContainer", "inline"):
-            if delivery == "inline":
-                p = release.install(c, "config.wrapper.delivery=inline")
-                assert p.returncode == 0, p.stderr
-                time.sleep(5)  # the old replicas' endpoints leave; the new config is loaded
+        for delivery in DELIVERIES:
+            p = release.install(c, f"config.wrapper.delivery={delivery}")
+            assert p.returncode == 0, p.stderr
+            time.sleep(5)  # the old replicas' endpoints leave; the new config is loaded
             for r in range(args.rounds):
                 results[f"without webhook ({delivery} phase)"] += batch(
                     c, api, release.OFF, args.pods, image, f"off{r}"

@@ -139,27 +139,31 @@ def start_targets(work: Path, bin_dir: Path) -> dict[str, tuple[str, subprocess.
     return targets
 
 
+# Our webhook once per wrapper delivery, each behind its own registration and namespace; the
+# chart's default is whichever of these the chart's ConfigMap names (it is also "bench-on").
+DELIVERIES = {"bench-image": "imageVolume", "bench-init": "initContainer", "bench-inline": "inline"}
+
+
 def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
-    """Pod-create latency through a real API server: with our webhook, with the Go baseline
-    webhook, and with none; interleaved in one run against one API server."""
+    """Pod-create latency through a real API server: with our webhook (chart default, and each
+    wrapper delivery), with the Go baseline webhook, and with none; interleaved in one run
+    against one API server."""
     from tests.apiserver.conftest import Kube, start_webhook
     from tests.apiserver.controlplane import ControlPlane
 
     plane = ControlPlane.start(work / "cp")
-    hook = start_webhook(work / "hook", extra=["--config", str(chart_config(work))])
-    # The same chart with wrapper.delivery=inline, behind its own registration (namespace bench-inline).
-    inline_hook = start_webhook(
-        work / "hook-inline", extra=["--config", str(chart_config(work, "config.wrapper.delivery=inline"))]
-    )
+    default_config = chart_config(work)
+    default_delivery = yaml.safe_load(default_config.read_text())["wrapper"]["delivery"]
+    hook = start_webhook(work / "hook", extra=["--config", str(default_config)])
+    hooks = {ns: start_webhook(work / f"hook-{ns}", extra=["--config", str(chart_config(work, f"config.wrapper.delivery={d}"))])
+             for ns, d in DELIVERIES.items()}  # fmt: skip
+    procs = [hook.proc, *(h.proc for h in hooks.values())]
+    privileged = {"pod-security.kubernetes.io/enforce": "privileged"}
     try:
         kube = Kube(plane)
-        kube.namespace(
-            "bench-on", {"hostnet-rdma.io/inject": "enabled", "pod-security.kubernetes.io/enforce": "privileged"}
-        )
-        kube.namespace(
-            "bench-nowrap", {"hostnet-rdma.io/inject": "enabled", "pod-security.kubernetes.io/enforce": "privileged"}
-        )
-        kube.namespace("bench-off", {"pod-security.kubernetes.io/enforce": "privileged"})
+        kube.namespace("bench-on", {"hostnet-rdma.io/inject": "enabled", **privileged})
+        kube.namespace("bench-nowrap", {"hostnet-rdma.io/inject": "enabled", **privileged})
+        kube.namespace("bench-off", privileged)
         mwc = yaml.safe_load(subprocess.run(
             [str(plane.bin_dir / "helm"), "template", "b", "charts/hostnet-rdma", "-n", "hostnet-rdma-system",
              "--kube-version", "1.36.3", "--show-only", "templates/mutatingwebhookconfiguration.yaml",
@@ -167,55 +171,53 @@ def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
              "--set", "certs.provided.secretName=x", "--set", f"certs.provided.caBundle={hook.ca_bundle}"],
             cwd=ROOT, capture_output=True, text=True, check=True).stdout)  # fmt: skip
         kube.ok("POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mwc)
-        # The Go baseline behind the same kind of registration, for namespace bench-go.
+
+        def register(ns: str, url: str, ca_pem: bytes) -> None:
+            """The same registration as the chart's, for namespace `ns` only."""
+            other = json.loads(json.dumps(mwc))
+            other["metadata"] = {"name": ns}
+            cfg = other["webhooks"][0]
+            cfg["name"] = f"{ns}.bench.example.com"
+            cfg["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca_pem).decode()}
+            cfg["namespaceSelector"] = {"matchLabels": {"bench": ns}}
+            kube.namespace(ns, {"bench": ns, **privileged})
+            kube.ok("POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", other)
+
+        # The Go baseline, and our webhook once per delivery.
         go_ca = tls.make_ca()
         tls.write_dir(work / "go-tls", tls.make_serving(go_ca, ["127.0.0.1"]), go_ca)
         go_port = free_port()
         go = subprocess.Popen([str(bin_dir / "gowebhook"), "-addr", f"127.0.0.1:{go_port}",
                                "-cert", str(work / "go-tls" / tls.CERT_FILE), "-key", str(work / "go-tls" / tls.KEY_FILE)])  # fmt: skip
+        procs.append(go)
         wait_tcp(go_port, go, "go baseline")
-        go_mwc = json.loads(json.dumps(mwc))
-        go_mwc["metadata"] = {"name": "bench-go-baseline"}
-        go_hook = go_mwc["webhooks"][0]
-        go_hook["name"] = "go.bench.example.com"
-        go_hook["clientConfig"] = {"url": f"https://127.0.0.1:{go_port}/mutate",
-                                   "caBundle": base64.b64encode(go_ca.cert_pem).decode()}  # fmt: skip
-        go_hook["namespaceSelector"] = {"matchLabels": {"bench": "go"}}
-        kube.namespace("bench-go", {"bench": "go", "pod-security.kubernetes.io/enforce": "privileged"})
-        kube.ok("POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", go_mwc)
-        inline_mwc = json.loads(json.dumps(mwc))
-        inline_mwc["metadata"] = {"name": "bench-inline"}
-        inline_hook_cfg = inline_mwc["webhooks"][0]
-        inline_hook_cfg["name"] = "inline.bench.example.com"
-        inline_hook_cfg["clientConfig"] = {
-            "url": inline_hook.url,
-            "caBundle": base64.b64encode(inline_hook.ca.cert_pem).decode(),
-        }
-        inline_hook_cfg["namespaceSelector"] = {"matchLabels": {"bench": "inline"}}
-        kube.namespace("bench-inline", {"bench": "inline", "pod-security.kubernetes.io/enforce": "privileged"})
-        kube.ok("POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", inline_mwc)
+        register("bench-go", f"https://127.0.0.1:{go_port}/mutate", go_ca.cert_pem)
+        for ns, h in hooks.items():
+            register(ns, h.url, h.ca.cert_pem)
         pod = yaml.safe_load((ROOT / "tests/golden/volcano/plain-c10d-worker-1.yaml").read_text())
         pod["metadata"].pop("name")
         pod["metadata"]["generateName"] = "bench-"
-        # Warm up until the API server has loaded the webhook configuration.
+        # Warm up until the API server has loaded every webhook configuration.
         deadline = time.monotonic() + 30
-        while "hostnet-rdma.io/injected" not in (
-            kube.create_pod("bench-on", pod).json()["metadata"].get("annotations") or {}
-        ):
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        for ns in ["bench-on", *hooks]:
+            while "hostnet-rdma.io/injected" not in (
+                kube.create_pod(ns, pod).json()["metadata"].get("annotations") or {}
+            ):
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
         while kube.create_pod("bench-go", pod).json()["spec"].get("dnsPolicy") != "ClusterFirstWithHostNet":
             assert time.monotonic() < deadline
             time.sleep(0.2)
-        while "hostnet-rdma.io/injected" not in (
-            kube.create_pod("bench-inline", pod).json()["metadata"].get("annotations") or {}
-        ):
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        # Our webhook with the wrapper off isolates what the inlined wrapper costs the API server.
+        # Our webhook with the wrapper off isolates what the wrapper costs the API server.
         nowrap = json.loads(json.dumps(pod))
         nowrap["metadata"].setdefault("annotations", {})["hostnet-rdma.io/wrap"] = "false"
-        variants = {"bench-on": pod, "bench-inline": pod, "bench-nowrap": nowrap, "bench-go": pod, "bench-off": pod}
+        variants = {
+            "bench-on": pod,
+            **dict.fromkeys(hooks, pod),
+            "bench-nowrap": nowrap,
+            "bench-go": pod,
+            "bench-off": pod,
+        }
         for ns, body in variants.items():
             for _ in range(20):
                 kube.create_pod(ns, body)
@@ -234,22 +236,27 @@ def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
             return {"mean_ms": round(statistics.fmean(xs), 3), "p50_ms": round(xs[len(xs) // 2], 3),
                     "p99_ms": round(xs[int(0.99 * (len(xs) - 1))], 3), "stored_pod_bytes": stored_bytes[ns]}  # fmt: skip
 
-        s_on, s_inline, s_nowrap, s_go, s_off = (stats(ns) for ns in variants)
-        return {"pods_each": pods, "with_webhook": s_on, "with_webhook_inline_delivery": s_inline,
-                "with_webhook_wrap_off": s_nowrap,
-                "with_go_baseline_webhook": s_go, "without_webhook": s_off,
-                "overhead_ratio_mean": round(s_on["mean_ms"] / s_off["mean_ms"], 3),
-                "overhead_ratio_p50": round(s_on["p50_ms"] / s_off["p50_ms"], 3),
-                "wrap_off_overhead_ratio_mean": round(s_nowrap["mean_ms"] / s_off["mean_ms"], 3),
-                "go_baseline_overhead_ratio_mean": round(s_go["mean_ms"] / s_off["mean_ms"], 3),
-                "ours_vs_go_baseline_mean": round(s_on["mean_ms"] / s_go["mean_ms"], 3),
-                "ours_vs_go_baseline_stored_bytes": round(s_on["stored_pod_bytes"] / s_go["stored_pod_bytes"], 3),
-                "inline_vs_go_baseline_mean": round(s_inline["mean_ms"] / s_go["mean_ms"], 3)}  # fmt: skip
+        s = {ns: stats(ns) for ns in variants}
+        go_s, on = s["bench-go"], s["bench-on"]
+        out: dict[str, Any] = {
+            "pods_each": pods, "default_delivery": default_delivery,
+            "with_webhook": on, "with_webhook_wrap_off": s["bench-nowrap"],
+            "with_go_baseline_webhook": go_s, "without_webhook": s["bench-off"],
+            "overhead_ratio_mean": round(on["mean_ms"] / s["bench-off"]["mean_ms"], 3),
+            "go_baseline_overhead_ratio_mean": round(go_s["mean_ms"] / s["bench-off"]["mean_ms"], 3),
+            "ours_vs_go_baseline_mean": round(on["mean_ms"] / go_s["mean_ms"], 3),
+            "ours_vs_go_baseline_stored_bytes": round(on["stored_pod_bytes"] / go_s["stored_pod_bytes"], 3),
+        }  # fmt: skip
+        for ns, delivery in DELIVERIES.items():
+            out[f"with_webhook_delivery_{delivery}"] = s[ns]
+            out[f"delivery_{delivery}_vs_go_baseline"] = {
+                "mean": round(s[ns]["mean_ms"] / go_s["mean_ms"], 3),
+                "stored_bytes": round(s[ns]["stored_pod_bytes"] / go_s["stored_pod_bytes"], 3),
+            }
+        return out
     finally:
-        hook.proc.terminate()
-        inline_hook.proc.terminate()
-        if "go" in locals():
-            go.terminate()
+        for proc in procs:
+            proc.terminate()
         plane.stop()
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build (once) the Kubernetes binaries the test tiers need and print the directory that holds
 # them. The API-server tier needs kube-apiserver + etcd (+ helm); the cluster tier also needs
-# kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl and CoreDNS.
+# kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl, CoreDNS and containerd
+# 2.x (image volumes need containerd 2.1+; Debian 12 has 1.6).
 # Order of preference, as envtest does it:
 #   1. $KUBEBUILDER_ASSETS with every binary in it
 #   2. every binary already on PATH
@@ -16,10 +17,12 @@ set -euo pipefail
 K8S_VERSION="${K8S_VERSION:-1.36.3}"
 HELM_VERSION="${HELM_VERSION:-3.22.0}"
 COREDNS_VERSION="${COREDNS_VERSION:-1.15.0}"
+CONTAINERD_VERSION="${CONTAINERD_VERSION:-2.2.9}"
 CACHE="${HOSTNET_RDMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostnet-rdma}"
 OUT="$CACHE/bin/k8s-$K8S_VERSION"
 K8S_CMDS=(kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl)
-ALL=("${K8S_CMDS[@]}" etcd coredns helm)
+CONTAINERD_CMDS=(containerd containerd-shim-runc-v2 ctr)
+ALL=("${K8S_CMDS[@]}" etcd coredns helm "${CONTAINERD_CMDS[@]}")
 
 log() { echo "[build-binaries] $*" >&2; }
 
@@ -112,6 +115,17 @@ if [ ! -x "$OUT/coredns" ]; then
   log "building coredns v$COREDNS_VERSION from the Go module proxy"
   GOBIN="$OUT" CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" "github.com/coredns/coredns@v$COREDNS_VERSION"
   log "built coredns in $(( $(date +%s) - start ))s"
+fi
+
+if [ ! -x "$OUT/containerd" ] || ! "$OUT/containerd" --version | grep -q " v$CONTAINERD_VERSION "; then
+  start=$(date +%s)
+  log "building containerd v$CONTAINERD_VERSION from the Go module proxy"
+  pkgs=()
+  for c in "${CONTAINERD_CMDS[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$c@v$CONTAINERD_VERSION"); done
+  # Static, without the snapshotters that need C libraries (the nodes use overlayfs).
+  GOBIN="$OUT" GOFLAGS=-mod=mod CGO_ENABLED=0 go install -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+    -ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION" "${pkgs[@]}"
+  log "built containerd in $(( $(date +%s) - start ))s"
 fi
 
 echo "$OUT"

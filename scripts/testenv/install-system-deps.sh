@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Debian packages the cluster tier needs (containerd, runc, CNI plugins, buildah, debootstrap,
+# Debian packages the cluster tier needs (runc, CNI plugins, buildah, debootstrap,
 # iptables for kube-proxy, a static libc for the pause binary). Installs only what is missing;
 # needs root. Idempotent and quiet when everything is there.
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
-have containerd || need+=(containerd)
 have runc || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 have buildah || need+=(buildah)

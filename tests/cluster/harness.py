@@ -66,7 +66,8 @@ def available() -> str | None:
     """None if the tier can run here, else why not (the tier fails on it; it never skips)."""
     if os.geteuid() != 0:
         return "needs root (network/mount namespaces, containerd, kubelet)"
-    for tool in ("ip", "nsenter", "unshare", "containerd", "runc", "ctr", "buildah", "debootstrap", "iptables"):
+    # containerd itself is built from the Go module proxy (scripts/testenv/build-binaries.sh).
+    for tool in ("ip", "nsenter", "unshare", "runc", "buildah", "debootstrap", "iptables"):
         if shutil.which(tool) is None:
             return f"needs `{tool}` (scripts/testenv/install-system-deps.sh installs it)"
     if not Path("/usr/lib/cni/bridge").exists():
@@ -432,23 +433,27 @@ class Cluster:
             (d / sub).mkdir(parents=True, exist_ok=True)
         sock = d / "containerd" / "containerd.sock"
         (d / "containerd" / "config.toml").write_text(
-            f'version = 2\nroot = "{d}/containerd/root"\nstate = "{d}/containerd/state"\n'
+            f'version = 3\nroot = "{d}/containerd/root"\nstate = "{d}/containerd/state"\nimports = []\n'
             f'[grpc]\n  address = "{sock}"\n'
-            '[plugins."io.containerd.grpc.v1.cri"]\n'
-            '  sandbox_image = "localhost/pause:1"\n'
-            '  stream_server_address = "127.0.0.1"\n'
+            "[plugins.'io.containerd.cri.v1.images']\n"
+            '  snapshotter = "overlayfs"\n'
+            "  [plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
+            '    sandbox = "localhost/pause:1"\n'
+            "[plugins.'io.containerd.cri.v1.runtime']\n"
             # runc cannot raise oom_score_adj here (no CAP_SYS_RESOURCE in this sandbox).
             "  restrict_oom_score_adj = true\n"
             # Pod network namespaces under the node's state dir, not the host's /run/netns.
             "  netns_mounts_under_state_dir = true\n"
-            '  [plugins."io.containerd.grpc.v1.cri".containerd]\n'
-            '    snapshotter = "overlayfs"\n    default_runtime_name = "runc"\n'
-            '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+            "  [plugins.'io.containerd.cri.v1.runtime'.containerd]\n"
+            '    default_runtime_name = "runc"\n'
+            "    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
             '      runtime_type = "io.containerd.runc.v2"\n'
-            '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+            "      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
             '        SystemdCgroup = false\n        BinaryName = "/usr/sbin/runc"\n'
-            '  [plugins."io.containerd.grpc.v1.cri".cni]\n'
-            f'    bin_dir = "/usr/lib/cni"\n    conf_dir = "{d}/cni"\n'
+            "  [plugins.'io.containerd.cri.v1.runtime'.cni]\n"
+            f'    bin_dirs = ["/usr/lib/cni"]\n    conf_dir = "{d}/cni"\n'
+            "[plugins.'io.containerd.grpc.v1.cri']\n"
+            '  stream_server_address = "127.0.0.1"\n'
         )
         # The node is NotReady until CNI is configured, even for hostNetwork-only pods.
         (d / "cni" / "10-hrc.conflist").write_text(json.dumps({
@@ -522,7 +527,7 @@ conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeo
         script = f"""set -e
 mount --bind {d / "hosts"} /etc/hosts
 hostname {node}
-containerd --config {d / "containerd" / "config.toml"} >{self.logs / f"{node}-containerd.log"} 2>&1 &
+PATH={b}:$PATH {b / "containerd"} --config {d / "containerd" / "config.toml"} >{self.logs / f"{node}-containerd.log"} 2>&1 &
 echo $! >{d / "containerd.pid"}
 for i in $(seq 100); do [ -S {sock} ] && break; sleep 0.1; done
 {b / "kubelet"} --config={d / "kubelet.yaml"} --kubeconfig={self.workdir / f"kc-{node}.yaml"} \\
@@ -554,7 +559,7 @@ wait
             sock = self.node_dir(node) / "containerd" / "containerd.sock"
             for tar in ("pause.tar", "webhook.tar", "train.tar"):
                 procs.append(subprocess.Popen(
-                    ["ctr", "-a", str(sock), "-n", "k8s.io", "images", "import", str(self.images / tar)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                    [str(self.bin / "ctr"), "-a", str(sock), "-n", "k8s.io", "images", "import", str(self.images / tar)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                 ))  # fmt: skip
         for p in procs:
             _, err = p.communicate(timeout=300)
@@ -566,7 +571,7 @@ wait
         """Import one more docker-archive image into every node's containerd."""
         for node in self.nodes:
             sock = self.node_dir(node) / "containerd" / "containerd.sock"
-            sh("ctr", "-a", str(sock), "-n", "k8s.io", "images", "import", str(tar))
+            sh(str(self.bin / "ctr"), "-a", str(sock), "-n", "k8s.io", "images", "import", str(tar))
 
     def _wait_nodes_ready(self) -> None:
         def ready() -> bool:

@@ -16,10 +16,12 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 
+from app.core.wrap import BOOTSTRAP_PATH
 from tests.cluster import jobs
 from tests.cluster.conftest import secret_ca, torch_sites
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import ROOT, Cluster
 from tests.cluster.release import OFF, ON, RELEASE, RELEASE_NS, helm, image_ref
 from tests.cluster.timings import TIMINGS
 
@@ -143,7 +145,7 @@ def test_indexed_job_completes(cluster: Cluster, release: dict[str, Any]) -> Non
     for p in found:
         ann = json.loads(p["metadata"]["annotations"]["hostnet-rdma.io/injected"])
         assert ann["launcher"] == "job" and "wrap" in ann["steps"], ann
-        assert p["spec"]["containers"][0]["command"][:2] == ["/bin/sh", "-c"]
+        assert p["spec"]["containers"][0]["command"][0] == BOOTSTRAP_PATH  # the chart delivers from its image
         text = logs(cluster, ON, p["metadata"]["name"])
         fields = wrapper_fields(text)
         hosts.append(fields["is_host"])
@@ -196,6 +198,64 @@ def test_statefulset_completes(cluster: Cluster, release: dict[str, Any]) -> Non
     cluster.kubectl("delete", "statefulset", "ddp-sts", "-n", ON, "--wait=false")
 
 
+def _delivery_shape(pod: dict[str, Any]) -> str:
+    """Which wrapper delivery made this pod, read from its spec."""
+    spec = pod["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "hostnet-rdma-bin"]
+    inits = [c["name"] for c in spec.get("initContainers") or []]
+    command = spec["containers"][0]["command"]
+    if "image" in volume and command[0] == BOOTSTRAP_PATH and not inits:
+        return "imageVolume"
+    if "emptyDir" in volume and command[0] == BOOTSTRAP_PATH and inits == ["hostnet-rdma-wrapper"]:
+        return "initContainer"
+    if "emptyDir" in volume and command[:2] == ["/bin/sh", "-c"] and not inits:
+        return "inline"
+    return f"unknown: volume {volume}, init containers {inits}, command {command[:2]}"
+
+
+@pytest.mark.parametrize("delivery", ["imageVolume", "initContainer", "inline"])
+def test_indexed_job_completes_with_each_wrapper_delivery(
+    cluster: Cluster, release: dict[str, Any], delivery: str
+) -> None:
+    """`config.wrapper.delivery`, switched by `helm upgrade` as a user does: the pods have the
+    shape of that delivery, and the job trains on two nodes with one store host."""
+    values = json.loads(helm(cluster, "get", "values", RELEASE, "-n", RELEASE_NS, "-o", "json").stdout or "{}")
+    before = ((values.get("config") or {}).get("wrapper") or {}).get("delivery")
+    name, port = f"ddp-{delivery.lower()}", PORT + 10 + ["imageVolume", "initContainer", "inline"].index(delivery)
+    try:
+        up = helm(cluster, "upgrade", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--reuse-values",
+                  "--set", f"config.wrapper.delivery={delivery}", "--wait", "--timeout", "3m")  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        deadline = time.monotonic() + 30
+        while delivery not in (live := _dry_run_delivery(cluster)):
+            assert time.monotonic() < deadline, f"the webhook still answers with {live} after the upgrade"
+            time.sleep(0.5)
+        t0 = time.monotonic()
+        jobs.apply(cluster, jobs.indexed_job(ON, name, image_ref(cluster, "train"), torch_sites(), port))
+        outcome = wait_job(cluster, ON, name, 300)
+        TIMINGS[f"Indexed Job, wrapper delivery {delivery}, to Complete"] = time.monotonic() - t0
+        assert outcome == "Complete", dump(cluster, ON, f"app={name}")
+        found = pods(cluster, ON, f"app={name}")
+        assert [_delivery_shape(p) for p in found] == [delivery, delivery]
+        hosts = [wrapper_fields(logs(cluster, ON, p["metadata"]["name"]))["is_host"] for p in found]
+        assert sorted(hosts) == ["false", "true"], hosts
+    finally:
+        # Back to what the release had: its own value, else the chart's default.
+        chart = yaml.safe_load((ROOT / "charts/hostnet-rdma/values.yaml").read_text())
+        restore = before or chart["config"]["wrapper"]["delivery"]
+        helm(cluster, "upgrade", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--reuse-values",
+             "--set", f"config.wrapper.delivery={restore}", "--wait", "--timeout", "3m")  # fmt: skip
+        cluster.kubectl("delete", "job", name, "-n", ON, "--wait=false", check=False)
+
+
+def _dry_run_delivery(c: Cluster) -> str:
+    """The delivery the webhook applies now, from a server-side dry-run pod it wraps."""
+    p = _dry_run_probe(c, hostname="probe-0", subdomain="probe")
+    if p.returncode != 0:
+        return f"error: {p.stderr.strip()}"
+    return _delivery_shape(json.loads(p.stdout))
+
+
 def test_same_job_not_opted_in_shows_the_seed_failure(cluster: Cluster, unmutated_job: float) -> None:
     """Negative control: the identical Indexed Job where the webhook is not enabled fails
     (bounded) with one of the seed's symptoms, and its pods were not mutated. It was started
@@ -214,10 +274,11 @@ def test_same_job_not_opted_in_shows_the_seed_failure(cluster: Cluster, unmutate
     cluster.kubectl("delete", "job", "ddp", "-n", OFF, "--wait=false")
 
 
-def _dry_run_probe(c: Cluster) -> subprocess.CompletedProcess[str]:
+def _dry_run_probe(c: Cluster, **spec: Any) -> subprocess.CompletedProcess[str]:
     probe = {"apiVersion": "v1", "kind": "Pod",
              "metadata": {"generateName": "probe-", "namespace": ON, "labels": {"hostnet-rdma.io/inject": "enabled"}},
-             "spec": {"hostNetwork": True, "containers": [{"name": "c", "image": "localhost/pause:1"}]}}  # fmt: skip
+             "spec": {"hostNetwork": True, "containers": [{"name": "c", "image": "localhost/pause:1", "command": ["torchrun", "t.py"]}],
+                      **spec}}  # fmt: skip
     return subprocess.run(
         [str(c.bin / "kubectl"), "create", "--dry-run=server", "-o", "json", "-f", "-"],
         input=json.dumps(probe), capture_output=True, text=True, env=c.env(), timeout=60,
