@@ -221,12 +221,25 @@ def test_network_policy_admits_only_the_api_server_helm_test_and_metrics_peers()
     assert peers[2] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
 
 
-def test_init_container_delivery_uses_the_chart_image_by_default() -> None:
-    cm = next(d for d in docs("default") if d["kind"] == "ConfigMap")
+@pytest.mark.parametrize(("kube_version", "delivery"), [("1.36.3", "imageVolume"), ("1.35.0", "imageVolume"),
+                                                    ("1.34.2", "initContainer"), ("1.30.0", "initContainer")])  # fmt: skip
+def test_auto_delivery_follows_the_cluster_version_and_uses_the_chart_image(kube_version: str, delivery: str) -> None:
+    p = helm(
+        "template", "hostnet-rdma", str(CHART), "--namespace", "hostnet-rdma-system", "--kube-version", kube_version
+    )
+    assert p.returncode == 0, p.stderr
+    rendered = [d for d in yaml.safe_load_all(p.stdout) if d]
+    cm = next(d for d in rendered if d["kind"] == "ConfigMap")
     wrapper = yaml.safe_load(cm["data"]["config.yaml"])["wrapper"]
-    deployment = next(d for d in docs("default") if d["kind"] == "Deployment")
+    deployment = next(d for d in rendered if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert wrapper["delivery"] == "initContainer"
+    assert wrapper["delivery"] == delivery
     assert (wrapper["image"], wrapper["imagePullPolicy"]) == (container["image"], container["imagePullPolicy"])
+
+
+def test_an_explicit_delivery_is_kept() -> None:
     inline = next(d for d in docs("inline-wrapper") if d["kind"] == "ConfigMap")
     assert yaml.safe_load(inline["data"]["config.yaml"])["wrapper"]["delivery"] == "inline"
+    p = template("--set", "config.wrapper.delivery=initContainer")
+    cm = next(d for d in yaml.safe_load_all(p.stdout) if d and d["kind"] == "ConfigMap")
+    assert yaml.safe_load(cm["data"]["config.yaml"])["wrapper"]["delivery"] == "initContainer"

@@ -64,9 +64,13 @@ def test_config_defaults_agree_in_the_core_the_file_model_and_the_chart() -> Non
     from_chart = config.from_dict(
         {
             **_values()["config"],
-            "wrapper": {**_values()["config"]["wrapper"], "image": "", "imagePullPolicy": "IfNotPresent"},
+            # The chart fills these in: the image from its own, the delivery from the cluster's
+            # version ("auto"; tests/test_chart.py checks both outcomes).
+            "wrapper": {**_values()["config"]["wrapper"], "image": "", "imagePullPolicy": "IfNotPresent",
+                        "delivery": InjectConfig().wrapper_delivery},
         }
-    )
+    )  # fmt: skip
+    assert _values()["config"]["wrapper"]["delivery"] == "auto"
     assert from_chart == InjectConfig(), "charts/hostnet-rdma/values.yaml config: differs from the built-in defaults"
 
 
