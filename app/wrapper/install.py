@@ -2,8 +2,9 @@
 under the flat names the pod imports them by, a `torchrun` shim that runs them with the
 training container's own python (HOSTNET_RDMA_PYTHON), and the `bootstrap` the training
 container's command starts with. The image build runs it into /opt/hostnet-rdma/wrapper
-(deploy/Dockerfile), from where the init container of wrapper.delivery: initContainer copies
-it into the pod's emptyDir. Stdlib only."""
+(deploy/Dockerfile); a training pod gets that directory at /hostnet-rdma, mounted from the image
+(wrapper.delivery: imageVolume) or copied into an emptyDir by an init container
+(initContainer). Stdlib only."""
 
 from __future__ import annotations
 
