@@ -221,6 +221,8 @@ def webhook(plane: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPathFa
              "--set", "certs.provided.secretName=hostnet-rdma-tls", "--set", f"certs.provided.caBundle={hook.ca_bundle}",
              "--set", "webhook.failurePolicy=Fail", "--set", "webhook.timeoutSeconds=2")  # fmt: skip
     assert p.returncode == 0, p.stderr
+    # delivery "auto", resolved from this API server's version (1.36): said in the NOTES too.
+    assert "The torchrun wrapper reaches training pods by: imageVolume (an image volume of" in p.stdout, p.stdout
     wait_for_webhook(kube, ON)
     yield hook
     hook.proc.terminate()

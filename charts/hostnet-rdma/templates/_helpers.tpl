@@ -40,3 +40,14 @@ app.kubernetes.io/component: webhook
 {{- define "hostnet-rdma.webhookName" -}}
 {{- include "hostnet-rdma.fullname" . -}}
 {{- end -}}
+
+{{- /* The wrapper delivery in effect. auto: image volumes where the API server has them on by
+default (1.35+), else an init container. */}}
+{{- define "hostnet-rdma.wrapperDelivery" -}}
+{{- $delivery := default "auto" ((.Values.config).wrapper).delivery -}}
+{{- if eq $delivery "auto" -}}
+{{- ternary "imageVolume" "initContainer" (semverCompare ">=1.35.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- else -}}
+{{- $delivery -}}
+{{- end -}}
+{{- end -}}
