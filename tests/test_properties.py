@@ -246,3 +246,20 @@ def test_fast_ip_check_agrees_with_ipaddress(host: str) -> None:
     except ValueError:
         want = False
     assert is_ip(host) is want
+
+
+def test_reinvocation_does_not_decide_what_the_first_pass_could_not() -> None:
+    """Found by test_patch_applies_and_is_idempotent: a container with no command (PET_* env
+    instead of the wrapper) whose endpoint comes from a variable unknown at admission. The
+    first pass writes PET_RDZV_ENDPOINT=$(LWS_LEADER_ADDRESS):23456 and cannot set is_host; a
+    second pass read that value as a literal host, decided is_host=false, and changed the pod."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "a", "labels": {"leaderworkerset.sigs.k8s.io/name": "a"}, "annotations": {}},
+           "spec": {"hostNetwork": True, "containers": [{"name": "a", "image": "img",
+                                                         "env": [{"name": "LWS_LEADER_ADDRESS"}]}]}}  # fmt: skip
+    first = mutate(pod, PARAMS)
+    env = {e["name"]: e.get("value") for e in first.pod["spec"]["containers"][0]["env"]}
+    assert env["PET_RDZV_ENDPOINT"] == "$(LWS_LEADER_ADDRESS):23456" and "PET_RDZV_CONF" not in env
+    assert any("cannot set" in w and "is_host" in w for w in first.warnings), first.warnings
+    again = mutate(first.pod, PARAMS)
+    assert again.pod == first.pod

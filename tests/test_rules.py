@@ -199,3 +199,34 @@ def test_wrapper_defaults_match_the_cluster_config_defaults() -> None:
         rules.ENV_FABRIC_PREFLIGHT: cfg.fabric_preflight,
     }
     assert want == rules.DEFAULTS
+
+
+_LABEL = st.from_regex(r"[a-z]([a-z0-9-]{0,8}[a-z0-9])?", fullmatch=True)
+
+
+@settings(max_examples=500)
+@given(host=_LABEL, sub=st.one_of(st.just(""), _LABEL), ns=st.one_of(st.just(""), _LABEL),
+       domain=st.sampled_from(["cluster.local", "k8s", "gpu.corp.example"]), per_pod=st.booleans())  # fmt: skip
+def test_identities_travel_in_their_longest_form_and_expand_back(
+    host: str, sub: str, ns: str, domain: str, per_pod: bool
+) -> None:
+    """The webhook sends only the longest names; the wrapper's expansion gives back every name
+    the launcher implies, host name first, plus only shorter forms of those names."""
+    from app.core.launchers.base import LauncherInfo
+    from app.core.wrap import longest_identities
+
+    names = list(LauncherInfo("job", hostname=host, subdomain=sub, service_per_pod=per_pod).identities(ns, domain))
+    sent = ",".join(longest_identities(names))
+    got = rules.expand_identities(sent)
+    assert set(names) <= set(got) and got[0] == host
+    assert all(any(n == g or n.startswith(g + ".") for n in names) for g in got)
+    assert len(sent) <= len(",".join(names))
+
+
+def test_is_host_from_the_longest_name_alone() -> None:
+    env = {**VOLCANO_W1, rules.ENV_IDENTITIES: "j-worker-0.j.ns.svc.cluster.local"}
+    for endpoint in ("j-worker-0", "j-worker-0.j", "j-worker-0.j.ns.svc", "j-worker-0.j.ns.svc.cluster.local"):
+        _, plan = rules.merge(["--nnodes=2", f"--rdzv-endpoint={endpoint}:29400", "t.py"], env)
+        assert plan.is_host == "true", endpoint
+    _, plan = rules.merge(["--nnodes=2", "--rdzv-endpoint=j-worker-1.j:29400", "t.py"], env)
+    assert plan.is_host == "false" and not plan.endpoint_problem

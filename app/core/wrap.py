@@ -14,6 +14,7 @@ reads it itself), with a warning. The decision is app.wrapper.rules, shared with
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from app.core import names, shwords
@@ -125,12 +126,26 @@ def torchrun_args(container: Obj) -> list[str] | None:
     return None
 
 
+_K8S_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
 def _literal_env(c: Obj) -> dict[str, str]:
-    return {
-        str(e["name"]): str(e["value"])
-        for e in c.get("env") or []
-        if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str)
-    }
+    """The container's env as far as it is known at admission. A value that refers to another
+    variable, `$(VAR)`, is known only if VAR is (the kubelet expands it at run time); otherwise
+    it is left out, so a PET_* value written by an earlier pass with such a reference reads as
+    unknown again, as on the first pass (reinvocation must not decide what the first could not)."""
+    env: dict[str, str] = {}
+    for e in c.get("env") or []:
+        if not (isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str)):
+            continue
+        value = str(e["value"])
+        if "$(" in value:
+            refs = _K8S_REF.findall(value)
+            if not all(r in env for r in refs):
+                continue
+            value = _K8S_REF.sub(lambda m: env[m.group(1)], value)
+        env[str(e["name"])] = value
+    return env
 
 
 def _declared(c: Obj) -> set[str]:
@@ -198,6 +213,12 @@ def _fabric_mode(ctx: Context) -> str:
     return ctx.params.config.fabric_preflight
 
 
+def longest_identities(names: Sequence[str]) -> list[str]:
+    """The names rules.expand_identities() needs to give back all of `names`: those that are not
+    a shorter form of another (the pod spec carries ~100 bytes instead of ~200)."""
+    return [n for n in names if not any(o.startswith(n + ".") for o in names)]
+
+
 def wrap(pod: Obj, ctx: Context) -> StepOutcome:
     if not ctx.flag(names.ANN_WRAP, ctx.params.config.wrap):
         return "turned off"
@@ -219,7 +240,7 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
     owned = {
         names.ENV_LAUNCHER: info.launcher,
         names.ENV_LOCAL_ADDR: info.advertised_address,
-        names.ENV_IDENTITIES: ",".join(identities),
+        names.ENV_IDENTITIES: ",".join(longest_identities(identities)),
         names.ENV_PEERS: ",".join(info.peers),
         names.ENV_RDZV_ID: info.rdzv_id,
         names.ENV_RDZV_BACKEND: info.rdzv_backend,

@@ -248,6 +248,17 @@ def split_list(value: str) -> List[str]:
     return [x.strip().lower().rstrip(".") for x in value.split(",") if x.strip()]
 
 
+def expand_identities(value: str) -> List[str]:
+    """HOSTNET_RDMA_IDENTITIES: this pod's DNS names, each standing for itself and its shorter
+    forms at label boundaries (`h.sub.ns.svc.cluster.local` gives `h`, `h.sub`, `h.sub.ns`, ...),
+    so the pod spec carries the longest form only. The host name comes first."""
+    out: List[str] = []
+    for name in split_list(value):
+        labels = name.split(".")
+        out += [".".join(labels[: i + 1]) for i in range(len(labels))]
+    return list(dict.fromkeys(out))
+
+
 def is_own_endpoint(endpoint: str, identities: Sequence[str]) -> bool:
     """True iff the endpoint names this pod by one of its DNS names.
 
@@ -395,7 +406,7 @@ def _decide_is_host(argv: Argv, env: Mapping[str, str], plan: Plan) -> None:
     pairs = parse_conf(conf or "")
     given = [v for k, v in pairs if k == "is_host"]
     host = endpoint_host(plan.endpoint) if plan.endpoint else ""
-    identities = split_list(env.get(ENV_IDENTITIES, ""))
+    identities = expand_identities(env.get(ENV_IDENTITIES, ""))
     if given:
         plan.is_host = given[-1]
         return
