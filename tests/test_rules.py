@@ -213,10 +213,10 @@ def test_identities_travel_in_their_longest_form_and_expand_back(
     """The webhook sends only the longest names; the wrapper's expansion gives back every name
     the launcher implies, host name first, plus only shorter forms of those names."""
     from app.core.launchers.base import LauncherInfo
-    from app.core.wrap import longest_identities
 
-    names = list(LauncherInfo("job", hostname=host, subdomain=sub, service_per_pod=per_pod).identities(ns, domain))
-    sent = ",".join(longest_identities(names))
+    info = LauncherInfo("job", hostname=host, subdomain=sub, service_per_pod=per_pod)
+    names = list(info.identities(ns, domain))
+    sent = ",".join(info.longest_identities(ns, domain))
     got = rules.expand_identities(sent)
     assert set(names) <= set(got) and got[0] == host
     assert all(any(n == g or n.startswith(g + ".") for n in names) for g in got)

@@ -14,7 +14,6 @@ reads it itself), with a warning. The decision is app.wrapper.rules, shared with
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from app.core import names, shwords
@@ -134,18 +133,22 @@ def _literal_env(c: Obj) -> dict[str, str]:
     variable, `$(VAR)`, is known only if VAR is (the kubelet expands it at run time); otherwise
     it is left out, so a PET_* value written by an earlier pass with such a reference reads as
     unknown again, as on the first pass (reinvocation must not decide what the first could not)."""
-    env: dict[str, str] = {}
-    for e in c.get("env") or []:
-        if not (isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str)):
-            continue
-        value = str(e["value"])
+    env = {
+        str(e["name"]): str(e["value"])
+        for e in c.get("env") or []
+        if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str)
+    }
+    if "$(" not in "".join(env.values()):
+        return env
+    known: dict[str, str] = {}
+    for name, value in env.items():  # in order: $(VAR) sees only the variables before it
         if "$(" in value:
             refs = _K8S_REF.findall(value)
-            if not all(r in env for r in refs):
+            if not all(r in known for r in refs):
                 continue
-            value = _K8S_REF.sub(lambda m: env[m.group(1)], value)
-        env[str(e["name"])] = value
-    return env
+            value = _K8S_REF.sub(lambda m: known[m.group(1)], value)
+        known[name] = value
+    return known
 
 
 def _declared(c: Obj) -> set[str]:
@@ -213,12 +216,6 @@ def _fabric_mode(ctx: Context) -> str:
     return ctx.params.config.fabric_preflight
 
 
-def longest_identities(names: Sequence[str]) -> list[str]:
-    """The names rules.expand_identities() needs to give back all of `names`: those that are not
-    a shorter form of another (the pod spec carries ~100 bytes instead of ~200)."""
-    return [n for n in names if not any(o.startswith(n + ".") for o in names)]
-
-
 def wrap(pod: Obj, ctx: Context) -> StepOutcome:
     if not ctx.flag(names.ANN_WRAP, ctx.params.config.wrap):
         return "turned off"
@@ -236,11 +233,10 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
     delivery = cfg.wrapper_delivery if image else "inline"
     if delivery == "inline" and not ctx.params.wrapper_payload:
         return "no wrapper payload configured"
-    identities = info.identities(ctx.params.namespace, cfg.cluster_domain)
     owned = {
         names.ENV_LAUNCHER: info.launcher,
         names.ENV_LOCAL_ADDR: info.advertised_address,
-        names.ENV_IDENTITIES: ",".join(longest_identities(identities)),
+        names.ENV_IDENTITIES: ",".join(info.longest_identities(ctx.params.namespace, cfg.cluster_domain)),
         names.ENV_PEERS: ",".join(info.peers),
         names.ENV_RDZV_ID: info.rdzv_id,
         names.ENV_RDZV_BACKEND: info.rdzv_backend,

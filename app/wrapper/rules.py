@@ -254,8 +254,11 @@ def expand_identities(value: str) -> List[str]:
     so the pod spec carries the longest form only. The host name comes first."""
     out: List[str] = []
     for name in split_list(value):
-        labels = name.split(".")
-        out += [".".join(labels[: i + 1]) for i in range(len(labels))]
+        dot = name.find(".")
+        while dot != -1:
+            out.append(name[:dot])
+            dot = name.find(".", dot + 1)
+        out.append(name)
     return list(dict.fromkeys(out))
 
 

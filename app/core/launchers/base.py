@@ -56,6 +56,18 @@ class LauncherInfo:
                 ]
         return tuple(dict.fromkeys(names))
 
+    def longest_identities(self, namespace: str, cluster_domain: str) -> tuple[str, ...]:
+        """What the pod spec carries of identities(): the longest names only; the wrapper's
+        rules (expand_identities) give back the shorter forms (~100 bytes instead of ~200)."""
+        if not self.hostname:
+            return ()
+        bases = []
+        if self.subdomain:
+            bases.append(f"{self.hostname}.{self.subdomain}")
+        if self.service_per_pod or not self.subdomain:
+            bases.append(self.hostname)
+        return tuple(f"{b}.{namespace}.svc.{cluster_domain}" for b in bases) if namespace else tuple(bases)
+
 
 class Launcher(Protocol):
     name: str
