@@ -35,37 +35,31 @@ class LauncherInfo:
     # names no pod, so nobody would host the store (reported at admission and run time).
     peers: tuple[str, ...] = ()
 
+    def _bases(self) -> list[str]:
+        """The names a Service makes for this pod, before the namespace: `host.subdomain`
+        (headless Service) and/or `host` (a Service per pod, or no subdomain)."""
+        if not self.hostname:
+            return []
+        bases = [f"{self.hostname}.{self.subdomain}"] if self.subdomain else []
+        if self.service_per_pod or not self.subdomain:
+            bases.append(self.hostname)
+        return bases
+
     def identities(self, namespace: str, cluster_domain: str) -> tuple[str, ...]:
         """Every DNS name an endpoint may use for this pod (never the node's name or IP)."""
         if not self.hostname:
             return ()
-        names: list[str] = []
-        bases = []
-        if self.subdomain:
-            bases.append(f"{self.hostname}.{self.subdomain}")
-        if self.service_per_pod or not self.subdomain:
-            bases.append(self.hostname)
-        names.append(self.hostname)
-        for base in bases:
+        names = [self.hostname]
+        for base in self._bases():
             names.append(base)
             if namespace:
-                names += [
-                    f"{base}.{namespace}",
-                    f"{base}.{namespace}.svc",
-                    f"{base}.{namespace}.svc.{cluster_domain}",
-                ]
+                names += [f"{base}.{namespace}", f"{base}.{namespace}.svc", f"{base}.{namespace}.svc.{cluster_domain}"]
         return tuple(dict.fromkeys(names))
 
     def longest_identities(self, namespace: str, cluster_domain: str) -> tuple[str, ...]:
         """What the pod spec carries of identities(): the longest names only; the wrapper's
         rules (expand_identities) give back the shorter forms (~100 bytes instead of ~200)."""
-        if not self.hostname:
-            return ()
-        bases = []
-        if self.subdomain:
-            bases.append(f"{self.hostname}.{self.subdomain}")
-        if self.service_per_pod or not self.subdomain:
-            bases.append(self.hostname)
+        bases = self._bases()
         return tuple(f"{b}.{namespace}.svc.{cluster_domain}" for b in bases) if namespace else tuple(bases)
 
 
