@@ -2,9 +2,10 @@
 
 The container's original command runs behind a small sh bootstrap that puts the `torchrun`
 shim first on PATH and the start-up hook (sitecustomize) first on PYTHONPATH. The wrapper's
-files are in an injected emptyDir: copied there by an init container from the webhook's
-image (the bootstrap is one of them), or written there by the bootstrap itself from the pod
-spec (wrapper.delivery: inline). So torchrun is caught however it starts: the argv itself,
+files (the bootstrap among them) are at /hostnet-rdma: mounted from the webhook's image
+(wrapper.delivery: imageVolume), copied from it into an emptyDir by an init container
+(initContainer), or written into an emptyDir by a bootstrap carried in the pod spec (inline).
+So torchrun is caught however it starts: the argv itself,
 `bash -c`, a user script, an absolute path, an activated venv, a login shell, or
 `python -m torch.distributed.run`. A container with no `command` runs its image entrypoint,
 unknown at admission: it gets the complete PET_* env the launcher implies instead (torchrun
@@ -54,7 +55,7 @@ BOOTSTRAP = (
     'exec "$@"\n'
 )
 
-# With wrapper.delivery: initContainer the files, the bootstrap among them, are in BIN_DIR
+# With the files from the image (imageVolume, initContainer) the bootstrap is in BIN_DIR
 # before the container starts: its command is this path followed by the original argv.
 BOOTSTRAP_PATH = names.BIN_DIR + "/" + rules.BOOTSTRAP_FILE
 
