@@ -1,0 +1,67 @@
+"""The cluster tier's launcher install (tests/cluster/launchers.py) recovering from
+cert-controller's stale-Secret race, without a cluster: kubectl and `rollout status` are
+stood in for, so the restart-once path runs here on every `make test` (the race itself is rare
+on the real cluster)."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.cluster import launchers
+
+RACE_LOG = (
+    "ERROR\tcert-rotation\t" + launchers.CERT_RACE + '\t{"error": "Cert secret is not well-formed, missing ca.crt"}'
+)
+
+
+class FakeCluster:
+    """Records kubectl calls; `logs` answers with the given text."""
+
+    def __init__(self, log_text: str) -> None:
+        self.log_text = log_text
+        self.calls: list[tuple[str, ...]] = []
+
+    def kubectl(self, *args: str, check: bool = True, **_: Any) -> str:
+        self.calls.append(args)
+        return self.log_text if args[0] == "logs" else ""
+
+
+def _rollouts(monkeypatch: pytest.MonkeyPatch, outcomes: list[int]) -> list[int]:
+    timeouts: list[int] = []
+
+    def fake(c: Any, ctl: launchers.Controller, dep: str, timeout: int) -> subprocess.CompletedProcess[str]:
+        timeouts.append(timeout)
+        return subprocess.CompletedProcess([], outcomes.pop(0), "", "timed out waiting for the condition")
+
+    monkeypatch.setattr(launchers, "rollout", fake)
+    return timeouts
+
+
+CTL = launchers.CONTROLLERS["jobset"]
+
+
+def test_the_stale_secret_race_is_met_by_one_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    c = FakeCluster(RACE_LOG)
+    timeouts = _rollouts(monkeypatch, [1, 0])
+    launchers.wait_ready(c, CTL, "jobset-controller-manager")  # type: ignore[arg-type]
+    assert ("rollout", "restart", "deploy/jobset-controller-manager", "-n", "jobset-system") in c.calls
+    assert timeouts == [120, 180]
+
+
+def test_any_other_unready_controller_fails_without_a_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    c = FakeCluster("ERROR\tsetup\tunable to start manager")
+    _rollouts(monkeypatch, [1])
+    with pytest.raises(RuntimeError, match="jobset: deployment jobset-controller-manager not ready"):
+        launchers.wait_ready(c, CTL, "jobset-controller-manager")  # type: ignore[arg-type]
+    assert not [a for a in c.calls if a[:2] == ("rollout", "restart")]
+
+
+def test_a_restart_that_does_not_help_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    c = FakeCluster(RACE_LOG)
+    _rollouts(monkeypatch, [1, 1])
+    with pytest.raises(RuntimeError, match="not ready"):
+        launchers.wait_ready(c, CTL, "jobset-controller-manager")  # type: ignore[arg-type]
+    assert len([a for a in c.calls if a[:2] == ("rollout", "restart")]) == 1
