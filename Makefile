@@ -13,10 +13,12 @@ STAMP := $(VENV)/.installed
 setup: $(STAMP)
 
 # --system-site-packages: reuse a machine-wide torch if there is one (it is large).
-$(STAMP): pyproject.toml
+# HOSTNET_RDMA_PURE=1: plain Python for development (edits take effect); the image compiles the
+# core with mypyc (setup.py), and `make test` checks the compiled build too.
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,rendezvous]'
+	HOSTNET_RDMA_PURE=1 $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,rendezvous]'
 	touch $@
 
 run: setup

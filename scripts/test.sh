@@ -13,6 +13,7 @@ step() { local t0; t0=$(date +%s); "$@" >/dev/null; echo "[test] $(basename "$1"
 step scripts/testenv/install-system-deps.sh
 step scripts/testenv/build-binaries.sh
 step scripts/testenv/build-launchers.sh
+step scripts/testenv/build-compiled.sh
 if [ "$(id -u)" = 0 ]; then
   step scripts/testenv/build-images.sh
 fi

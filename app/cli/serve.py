@@ -89,11 +89,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ssl_context_factory=lambda _cfg, _default: cert.context,
         log_level="warning",
         access_log=False,
+        # Called by the API server directly: no proxy whose X-Forwarded-* headers to trust,
+        # and no per-request middleware for it.
+        proxy_headers=False,
+        server_header=False,
         timeout_keep_alive=30,
         # On SIGTERM: stop accepting, finish in-flight requests, but never hang on a slow client.
         timeout_graceful_shutdown=20,
     )
-    log.info("serving https://%s:%s (certs %s)", settings.host, settings.port, settings.cert_dir)
+    from app.server import core_build
+
+    log.info("serving https://%s:%s (certs %s, core %s)", settings.host, settings.port, settings.cert_dir, core_build())
     if args.dev:
         print(
             f"hostnet-rdma: dev server on https://{settings.host}:{settings.port}  "
@@ -102,6 +108,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
+        import gc
+
+        if os.environ.get("XGC"):
+            gc.collect()
+            gc.freeze()
+        if os.environ.get("XGCT"):
+            gc.set_threshold(int(os.environ["XGCT"]), 50, 100)
         uvicorn.Server(config).run()
     finally:
         background.stop()

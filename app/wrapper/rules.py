@@ -159,7 +159,8 @@ class Argv:
         return option in self.options
 
     def replace(self, option: str, value: str) -> None:
-        index, inline = self.options[option]
+        index = self.options[option][0]
+        inline: Optional[str] = self.options[option][1]  # annotated: mypyc's inference says None
         tok = self.args[index]
         if inline is not None and not tok.startswith("--"):  # -t3 style
             self.args[index] = tok[:2] + value

@@ -45,6 +45,14 @@ def pin(core: int, argv: list[str]) -> list[str]:
     return ["taskset", "-c", str(core), *argv] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else argv
 
 
+def compiled_tree() -> Path:
+    """The webhook as its image ships it: the core compiled by mypyc (setup.py), in a source tree
+    of its own (scripts/testenv/build-compiled.sh); `python -m app.cli` run from there uses it."""
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "testenv" / "build-compiled.sh")], capture_output=True,
+                         text=True, check=True, env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
 def build_go() -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     subprocess.run(["go", "build", "-o", str(CACHE) + "/", "./..."], cwd=ROOT / "scripts" / "bench", check=True)
@@ -111,7 +119,7 @@ def chart_config(work: Path, *sets: str) -> Path:
     return path
 
 
-def start_targets(work: Path, bin_dir: Path) -> dict[str, tuple[str, subprocess.Popen[bytes]]]:
+def start_targets(work: Path, bin_dir: Path, tree: Path) -> dict[str, tuple[str, subprocess.Popen[bytes]]]:
     ca = tls.make_ca()
     tls.write_dir(work / "tls", tls.make_serving(ca, ["127.0.0.1"]), ca)
     crt, key = str(work / "tls" / tls.CERT_FILE), str(work / "tls" / tls.KEY_FILE)
@@ -120,10 +128,12 @@ def start_targets(work: Path, bin_dir: Path) -> dict[str, tuple[str, subprocess.
     ours = subprocess.Popen(
         pin(0, [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
                 "--cert-dir", str(work / "tls"), "--config", str(chart_config(work))]),
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("wb"),
+        cwd=tree, stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("wb"),
         env=dict(os.environ),  # default log level: one JSON line per admission, as in production
     )  # fmt: skip
     wait_tcp(port, ours, "hostnet-rdma serve")
+    if "core compiled" not in (work / "server.log").read_text():
+        raise RuntimeError("hostnet-rdma serve is not running the compiled core: " + (work / "server.log").read_text())
     targets["hostnet-rdma"] = (f"https://127.0.0.1:{port}/mutate", ours)
     for name, extra in (("go-baseline", []), ("tls-floor", ["-floor"])):
         p = free_port()
@@ -144,7 +154,7 @@ def start_targets(work: Path, bin_dir: Path) -> dict[str, tuple[str, subprocess.
 DELIVERIES = {"bench-image": "imageVolume", "bench-init": "initContainer", "bench-inline": "inline"}
 
 
-def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
+def pod_create_overhead(work: Path, pods: int, bin_dir: Path, tree: Path) -> dict[str, Any]:
     """Pod-create latency through a real API server: with our webhook (chart default, and each
     wrapper delivery), with the Go baseline webhook, and with none; interleaved in one run
     against one API server."""
@@ -154,8 +164,9 @@ def pod_create_overhead(work: Path, pods: int, bin_dir: Path) -> dict[str, Any]:
     plane = ControlPlane.start(work / "cp")
     default_config = chart_config(work)
     default_delivery = yaml.safe_load(default_config.read_text())["wrapper"]["delivery"]
-    hook = start_webhook(work / "hook", extra=["--config", str(default_config)])
-    hooks = {ns: start_webhook(work / f"hook-{ns}", extra=["--config", str(chart_config(work, f"config.wrapper.delivery={d}"))])
+    hook = start_webhook(work / "hook", extra=["--config", str(default_config)], root=tree)
+    hooks = {ns: start_webhook(work / f"hook-{ns}", extra=["--config", str(chart_config(work, f"config.wrapper.delivery={d}"))],
+                               root=tree)
              for ns, d in DELIVERIES.items()}  # fmt: skip
     procs = [hook.proc, *(h.proc for h in hooks.values())]
     privileged = {"pod-security.kubernetes.io/enforce": "privileged"}
@@ -273,7 +284,8 @@ def main() -> int:
     n = bodies(work / "bodies")
     print(f"{n} AdmissionReviews from the golden pods; servers on core 0, load on core 1; {args.duration:.0f}s per point",
           file=sys.stderr)  # fmt: skip
-    targets = start_targets(work, bin_dir)
+    tree = compiled_tree()
+    targets = start_targets(work, bin_dir, tree)
     results: dict[str, list[dict[str, Any]]] = {}
     try:
         for name, (url, _) in targets.items():
@@ -291,6 +303,7 @@ def main() -> int:
     summary: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "duration_s": args.duration,
+        "hostnet_rdma_core": "compiled (mypyc), as the image ships it",
         "results": results,
         "saturation_rps_per_core": sat,
         "ratio_to_go_baseline": round(sat["hostnet-rdma"] / sat["go-baseline"], 3),
@@ -302,7 +315,7 @@ def main() -> int:
     if at500:
         summary["hostnet_rdma_p99_ms_at_500"] = at500["p99_ms"]
     if args.pods:
-        summary["apiserver_pod_create"] = pod_create_overhead(work, args.pods, bin_dir)
+        summary["apiserver_pod_create"] = pod_create_overhead(work, args.pods, bin_dir, tree)
         print(f"pod create through kube-apiserver: {json.dumps(summary['apiserver_pod_create'])}", file=sys.stderr)
     shutil.rmtree(work, ignore_errors=True)
     emit(summary, args.out)

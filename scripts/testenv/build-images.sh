@@ -60,7 +60,7 @@ if [ ! -f "$OUT/pause.tar" ]; then
 fi
 
 # 3. The webhook image, from deploy/Dockerfile as users build it.
-hash=$( (cat deploy/Dockerfile pyproject.toml README.md; find app -name '*.py' -o -name py.typed | sort | xargs cat) \
+hash=$( (cat deploy/Dockerfile pyproject.toml setup.py README.md; find app -name '*.py' -o -name py.typed | sort | xargs cat) \
   | sha256sum | cut -c1-12)
 ref="localhost/hostnet-rdma:test-$hash"
 if [ ! -f "$OUT/webhook-$hash.tar" ]; then

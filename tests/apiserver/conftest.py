@@ -135,8 +135,9 @@ class Webhook:
 
 
 def start_webhook(
-    workdir: Path, port: int | None = None, extra: list[str] | None = None, certs: bool = True
+    workdir: Path, port: int | None = None, extra: list[str] | None = None, certs: bool = True, root: Path = ROOT
 ) -> Webhook:
+    """`hostnet-rdma serve` from the source tree `root` (the benchmarks pass the compiled one)."""
     port = port or free_port()
     cert_dir = workdir / "tls"
     ca = tls.make_ca()
@@ -146,7 +147,7 @@ def start_webhook(
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
          "--cert-dir", str(cert_dir), *(extra or [])],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while True:
