@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core import InvalidPod, Params, UnsupportedPod, mutate, names
+from app.core.params import STEP_NAMES
 
 
 @dataclass
@@ -44,9 +45,12 @@ def explain(
     status = (meta.get("annotations") or {}).get(names.STATUS_ANNOTATION)
     if status:
         data = json.loads(status)
+        skipped = data.get("skipped") or {}
+        # Every step not skipped is in effect (older versions also listed them as "steps").
+        applied = data.get("steps") or [s for s in STEP_NAMES if s not in skipped]
         steps.append(Step(True, f"already mutated by hostnet-rdma {data.get('version')}: launcher {data.get('launcher')}, "
-                          f"profile {data.get('profile')}, steps {', '.join(data.get('steps', []))}"))  # fmt: skip
-        for step, why in (data.get("skipped") or {}).items():
+                          f"profile {data.get('profile')}, steps {', '.join(applied)}"))  # fmt: skip
+        for step, why in skipped.items():
             steps.append(Step(True, f"skipped {step}: {why}"))
         return steps
     try:

@@ -178,7 +178,7 @@ def test_admission_fallback_reaches_the_wrappers_decision(pet: dict[str, str]) -
     wrapped = mutate(_pod(env, ["torchrun", "t.py"]), PARAMS).pod["spec"]["containers"][0]
     fallback = mutate(_pod(env, None), PARAMS).pod["spec"]["containers"][0]
     run_env = {e["name"]: e["value"] for e in wrapped["env"] if "value" in e}
-    _, by_wrapper = rules.merge(["t.py"], run_env)
+    _, by_wrapper = rules.merge(["t.py"], rules.unpack(run_env))  # as the wrapper reads its env
     pet_env = {e["name"]: e["value"] for e in fallback["env"] if e["name"].startswith("PET_")}
     # What torchrun sees in the uncaught container: its own PET_* env and no wrapper.
     _, by_torchrun = rules.merge(["t.py"], pet_env)
@@ -230,3 +230,46 @@ def test_is_host_from_the_longest_name_alone() -> None:
         assert plan.is_host == "true", endpoint
     _, plan = rules.merge(["--nnodes=2", "--rdzv-endpoint=j-worker-1.j:29400", "t.py"], env)
     assert plan.is_host == "false" and not plan.endpoint_problem
+
+
+# ------------------------------------------------------------------ HOSTNET_RDMA_POD
+
+
+_SETTING_VALUE = st.text(st.characters(blacklist_characters=";", blacklist_categories=("Cs",)), max_size=20)
+
+
+@given(settings_=st.dictionaries(st.sampled_from(rules.PACKED), _SETTING_VALUE))
+def test_packed_settings_unpack_to_the_same_variables(settings_: dict[str, str]) -> None:
+    env = rules.unpack({rules.ENV_POD: rules.pack(settings_), "OTHER": "x"})
+    assert {k: v for k, v in env.items() if k in rules.PACKED} == settings_
+    assert env["OTHER"] == "x"
+
+
+def test_the_packed_value_wins_and_unknown_keys_are_ignored() -> None:
+    env = rules.unpack({
+        rules.ENV_POD: "local_addr=a-0.a;dry_run=1;bogus=2;nnodes=${N}+1;rdzv_conf=k=v",
+        rules.ENV_LOCAL_ADDR: "set-by-hand", rules.ENV_PEERS: "a-*",
+    })  # fmt: skip
+    assert env[rules.ENV_LOCAL_ADDR] == "a-0.a"  # the webhook's value, as set_owned always gave
+    assert env[rules.ENV_PEERS] == "a-*"  # set on its own: still read
+    assert env[rules.ENV_NNODES] == "${N}+1"
+    # Only the settings the webhook sends: no dry run or anything else through the packed value.
+    assert rules.ENV_DRY_RUN not in env and "HOSTNET_RDMA_BOGUS" not in env and "HOSTNET_RDMA_RDZV_CONF" not in env
+
+
+def test_admission_packs_the_settings_and_keeps_a_declared_name_in_step() -> None:
+    declared = [{"name": rules.ENV_LOCAL_ADDR, "value": "stale"}, {"name": rules.ENV_RDZV_ID, "value": "mine"}]
+    c = mutate(_pod(declared, ["torchrun", "t.py"]), PARAMS).pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env[rules.ENV_LOCAL_ADDR] == f"{JOB}-1.{JOB}"  # declared: overwritten with ours, as before
+    assert env[rules.ENV_RDZV_ID] == "u-1"
+    assert "local_addr=" not in env[rules.ENV_POD] and "rdzv_id=" not in env[rules.ENV_POD]
+    unpacked = rules.unpack(env)
+    assert unpacked[rules.ENV_LOCAL_ADDR] == f"{JOB}-1.{JOB}" and unpacked[rules.ENV_LAUNCHER] == "job"
+    assert (
+        unpacked[rules.ENV_PEERS] == f"{JOB}-*"
+        and unpacked[rules.ENV_IDENTITIES] == f"{JOB}-1.{JOB}.ns.svc.cluster.local"
+    )
+    # Only the packed variable and the declared ones: no other HOSTNET_RDMA_* entry.
+    ours = sorted(k for k in env if k.startswith(rules.ENV_PREFIX))
+    assert ours == sorted([rules.ENV_POD, rules.ENV_LOCAL_ADDR, rules.ENV_RDZV_ID]), ours

@@ -256,8 +256,15 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
     for index in ctx.training:
         c = containers[index]
         env = Env(c)
+        # One packed variable; a name the container already declares keeps getting our value
+        # under that name too (so the two never disagree), as does a value with a ";".
+        packed: dict[str, str] = {}
         for key, value in owned.items():
-            env.set_owned(key, value)
+            if env.get(key) is not None or ";" in value:
+                env.set_owned(key, value)
+            else:
+                packed[key] = value
+        env.set_owned(names.ENV_POD, rules.pack(packed))
         if not c.get("command") and not is_wrapped(c):
             _pet_fallback(c, env, ctx, owned)
             continue

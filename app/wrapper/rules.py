@@ -48,6 +48,15 @@ ENV_FABRIC_PREFLIGHT = "HOSTNET_RDMA_FABRIC_PREFLIGHT"
 ENV_SYSFS_ROOT = "HOSTNET_RDMA_SYSFS_ROOT"
 # Set by the wrapper on the process it execs, so the start-up hook does not handle it twice.
 ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
+# What the webhook decided for the pod, in one variable: `key=value` pairs joined by ";", each
+# key a variable above without the prefix, lower case (`local_addr=job-0.job;peers=job-*`).
+# One env entry instead of up to a dozen: every byte is in every pod, and in every watch event.
+ENV_POD = "HOSTNET_RDMA_POD"
+PACKED = (
+    ENV_LAUNCHER, ENV_LOCAL_ADDR, ENV_IDENTITIES, ENV_PEERS, ENV_RDZV_ID, ENV_RDZV_BACKEND, ENV_RDZV_ENDPOINT,
+    ENV_NNODES, ENV_GLOO_IFNAME, ENV_NCCL_IFNAME, ENV_DNS_TIMEOUT, ENV_MIN_TORCH, ENV_FABRIC_PREFLIGHT,
+)  # fmt: skip
+_PACKED_KEYS = {name[len(ENV_PREFIX) :].lower(): name for name in PACKED}
 
 # The wrapper's behaviour when the webhook does not set these: the webhook sets them only when
 # the cluster config differs (fewer bytes in every pod). InjectConfig's defaults match (tested).
@@ -60,6 +69,25 @@ DEFAULTS = {
 }
 
 ETCD_BACKENDS = ("etcd", "etcd-v2")
+
+
+def pack(settings: Mapping[str, str]) -> str:
+    """HOSTNET_RDMA_POD's value for these settings (names from PACKED, values without ";")."""
+    return ";".join(name[len(ENV_PREFIX) :].lower() + "=" + value for name, value in settings.items())
+
+
+def unpack(env: Mapping[str, str]) -> Dict[str, str]:
+    """A copy of env with HOSTNET_RDMA_POD spread into its HOSTNET_RDMA_* names. Those names
+    set on their own are read too (pods from older versions, manual runs); the packed value
+    wins, as the webhook's value always did. Unknown keys are ignored."""
+    out = dict(env)
+    for part in env.get(ENV_POD, "").split(";"):
+        key, sep, value = part.partition("=")
+        name = _PACKED_KEYS.get(key.strip())
+        if sep and name:
+            out[name] = value
+    return out
+
 
 # ---------------------------------------------------------------------------- argv
 # torchrun's options (torch/distributed/run.py): long names in their hyphen spelling; every

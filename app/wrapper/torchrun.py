@@ -331,7 +331,7 @@ def _dry_run(new_args: List[str], plan: rules.Plan, env: Mapping[str, str]) -> N
 
 def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
     """The PATH shim's entry: decide, check, then exec the real torchrun."""
-    env = dict(os.environ if env is None else env)
+    env = rules.unpack(os.environ if env is None else env)
     new_args, plan = plan_for(args, env)
     if truthy(env.get(rules.ENV_DRY_RUN)):
         _dry_run(new_args, plan, env)
@@ -357,7 +357,7 @@ def intercept(argv: List[str]) -> None:
     """The start-up hook's entry, inside a torchrun process however it was started (absolute
     path, another PATH, a login shell, `python -m torch.distributed.run`): rewrite its argv in
     place before torchrun parses it. Exits the process on a preflight failure or a dry run."""
-    env = os.environ
+    env = rules.unpack(os.environ)
     new_args, plan = plan_for(argv[1:], env)
     if truthy(env.get(rules.ENV_DRY_RUN)):
         _dry_run(new_args, plan, env)
@@ -370,7 +370,7 @@ def intercept(argv: List[str]) -> None:
         os._exit(1)
     _report(plan, env, extra_env, notes)
     os.environ.update(extra_env)
-    env[rules.ENV_HANDLED] = str(os.getpid())
+    os.environ[rules.ENV_HANDLED] = str(os.getpid())
     argv[1:] = new_args
 
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from app.core import Params, mutate
-from app.wrapper import payload
+from app.wrapper import payload, rules
 from tests.apiserver.conftest import (
     BASELINE,
     E2E_KUBECONFIG,
@@ -188,7 +188,7 @@ def test_reinvocation_after_a_later_webhook(kube: Kube, webhook: Webhook, tmp_pa
         assert len(names) == len(set(names)), names
         assert [v["name"] for v in final["spec"]["volumes"]].count("hostnet-rdma-shm") == 1
         assert c["command"].count("hostnet-rdma-bootstrap") == 1
-        env = env_of(final, 0)
+        env = rules.unpack(env_of(final, 0))
         # The re-invocation saw the later webhook's label: the rdzv id follows it.
         assert env["HOSTNET_RDMA_RDZV_ID"] == "g-key-1" and env["LWS_LEADER_ADDRESS"] == "llm-0.llm.hr-on"
     finally:

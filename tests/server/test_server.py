@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import tls
+from app.wrapper import rules
 from tests.server.conftest import ROOT, Server
 
 pytestmark = pytest.mark.server
@@ -238,7 +239,7 @@ def test_200_concurrent_reviews_all_correct(server: Server) -> None:
         assert resp["uid"] == uid
         i = int(uid.split("-")[1])
         env = {e["name"]: e.get("value") for e in patched(POD, resp)["spec"]["containers"][0]["env"]}
-        assert env["HOSTNET_RDMA_LOCAL_ADDR"] == f"ddp-vc-worker-{i}.ddp-vc"
+        assert rules.unpack(env)["HOSTNET_RDMA_LOCAL_ADDR"] == f"ddp-vc-worker-{i}.ddp-vc"
 
 
 # ------------------------------------------------------------------ rotation and reload
