@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,14 @@ def test_metrics_count_outcomes_by_launcher(tmp_path: Path) -> None:
     text = asyncio.run(go())
     assert 'hostnet_rdma_admission_requests_total{launcher="volcano",outcome="mutated"} 3.0' in text
     assert 'hostnet_rdma_admission_requests_total{launcher="",outcome="bad_request"} 1.0' in text
+
+
+def test_metrics_say_how_the_core_runs() -> None:
+    # Interpreted from the source tree; compiled when tests/test_compiled.py runs this file.
+    path = sys.modules["app.core.mutate"].__file__ or ""
+    core = "compiled" if path.endswith(".so") else "interpreted"
+    text = call("GET", "/metrics").text
+    assert f'hostnet_rdma_build_info{{core="{core}",version="{__version__}"}} 1.0' in text
 
 
 def test_config_file_decides_the_delivery(tmp_path: Path) -> None:

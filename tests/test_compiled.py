@@ -47,13 +47,15 @@ def test_the_compiled_core_gives_the_same_outputs(compiled_tree: Path, tmp_path:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "REFRESH_GOLDEN")}
     probe = subprocess.run(
         [sys.executable, "-c", "import sys, app.core.mutate, app.wrapper.rules, app.review; "
-                               "print(*(sys.modules[m].__file__ for m in ('app.core.mutate', 'app.wrapper.rules', "
-                               "'app.review')))"],
+                               "from app.server import core_build; "
+                               "print(core_build(), *(sys.modules[m].__file__ for m in ('app.core.mutate', "
+                               "'app.wrapper.rules', 'app.review')))"],
         cwd=work, capture_output=True, text=True, env=env,
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr
-    files = probe.stdout.split()
+    core, *files = probe.stdout.split()
     assert files and all(f.endswith(".so") for f in files), f"not the compiled modules: {files}"
+    assert core == "compiled"  # what the server logs and exports as hostnet_rdma_build_info
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *[f"tests/{s}" for s in SUITES]],
         cwd=work, capture_output=True, text=True, env=env, timeout=900,
