@@ -86,8 +86,9 @@ class ConfigHolder:
 
 
 def core_build() -> str:
-    """ "compiled" when the core runs as mypyc extension modules (as the image ships it, setup.py),
-    "interpreted" for plain Python (an editable dev install, or an image built with PURE=1)."""
+    """How the core runs: "compiled" as mypyc extension modules (as the image ships it,
+    setup.py), "interpreted" as plain Python (an editable dev install, or an image built with
+    PURE=1)."""
     path = getattr(sys.modules.get("app.core.mutate"), "__file__", "") or ""
     return "compiled" if path.endswith((".so", ".pyd")) else "interpreted"
 
@@ -191,8 +192,8 @@ class AdmissionHandler:
     def log_admission(self, result: ReviewResult, elapsed: float) -> None:
         # Same JSON shape as JsonLogFormatter, written directly: the logging machinery cost
         # ~8% of throughput on this path. Lines are gathered and written once per event-loop
-        # turn: under load one write() carries many lines (a write per line cost ~13% of
-        # saturation throughput, BENCHMARKS.md); alone, a line goes out on the next turn.
+        # turn: under load one write() carries many lines (+3% saturation throughput against a
+        # write and flush per line, BENCHMARKS.md); alone, a line goes out on the next turn.
         line = {
             "level": "info",
             "logger": log.name,
