@@ -17,6 +17,7 @@ import yaml
 
 from app import __version__, config
 from app.core import Params, mutate
+from app.review import ReviewResult
 from app.server import create_app
 from app.settings import ServerSettings
 from app.wrapper import payload
@@ -111,6 +112,32 @@ def test_metrics_count_outcomes_by_launcher(tmp_path: Path) -> None:
     text = asyncio.run(go())
     assert 'hostnet_rdma_admission_requests_total{launcher="volcano",outcome="mutated"} 3.0' in text
     assert 'hostnet_rdma_admission_requests_total{launcher="",outcome="bad_request"} 1.0' in text
+
+
+def test_admission_log_lines_are_written_once_per_loop_turn_and_none_is_lost(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="hostnet_rdma.admission")  # as `serve` configures it
+    app = create_app(ServerSettings(config=None))
+    pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
+
+    async def go() -> None:
+        # Two lines in one turn stay pending; the next turn writes both.
+        result = ReviewResult(b"", "mutated", "volcano", "batched", "team-a", "p")
+        app.admission.log_admission(result, 0.001)
+        app.admission.log_admission(result, 0.002)
+        assert capsys.readouterr().err == ""
+        await asyncio.sleep(0)
+        assert capsys.readouterr().err.count('"uid":"batched"') == 2
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as c:
+            await asyncio.gather(*(c.post("/mutate", content=review(pod, uid=f"c{i}"),
+                                          headers={"content-type": "application/json"}) for i in range(40)))  # fmt: skip
+        await asyncio.sleep(0)
+
+    asyncio.run(go())
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert sorted(e["uid"] for e in lines) == sorted(f"c{i}" for i in range(40))
+    assert all(e["msg"] == "admission" and e["outcome"] == "mutated" for e in lines)
 
 
 def test_metrics_say_how_the_core_runs() -> None:
