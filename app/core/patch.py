@@ -28,7 +28,7 @@ def _diff(old: Any, new: Any, path: str, ops: list[Op]) -> None:
         for key, value in new.items():
             if key not in old:
                 ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
-            elif old[key] != value:
+            elif old[key] is not value and old[key] != value:  # shared by mutate's copy: equal
                 _diff(old[key], value, f"{path}/{_escape(key)}", ops)
         return
     if isinstance(old, list) and isinstance(new, list):
