@@ -13,6 +13,10 @@ racing a request the client may be sending on it (the API server does not retry 
 connection closed unanswered; failurePolicy decides the pod). Here a draining connection
 answers whatever arrives within `drain_idle` seconds, with `connection: close`, and only a
 connection that stays idle that long is closed.
+
+Writes coalesced: uvicorn writes a response's head and its body separately, and over TLS each
+write is a record and a send() of its own. CoalescingTransport joins the writes a connection
+makes in one event-loop turn into one (+7% saturation throughput, BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -38,6 +42,51 @@ def _malloc_trim() -> Callable[[], object]:
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
         return lambda: None
     return lambda: trim(0)
+
+
+class CoalescingTransport:
+    """A transport whose writes of one event-loop turn reach the real transport as one write,
+    at the end of the turn, in order. close() and write_eof() send what is pending first; abort()
+    drops it, as it drops the real transport's buffer. Everything else is the real transport's."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(bytes(data))
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        self._pending.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(len(d) for d in self._pending)
+
+    def __getattr__(self, name: str) -> Any:  # get_extra_info, pause_reading, ...
+        return getattr(self._transport, name)
 
 
 def bounded_protocol(
@@ -73,7 +122,7 @@ def bounded_protocol(
                 self.transport.close()
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
             open_now = len(self.server_state.connections)
             peak[0] = max(peak[0], open_now)
             if open_now > max_connections:

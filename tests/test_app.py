@@ -158,3 +158,45 @@ def test_config_file_decides_the_delivery(tmp_path: Path) -> None:
     (init,) = out["spec"]["initContainers"]
     assert init["image"] == "registry.example/hostnet-rdma:1.0"
     assert config.load(cfg).wrapper_delivery == "initContainer"
+
+
+def test_reviews_of_one_loop_turn_are_answered_in_batches_each_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = create_app(ServerSettings(config=None))
+    handler = app.admission
+    pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
+    sizes: list[int] = []
+    real_batch = handler.review_batch
+
+    def recording_batch() -> None:
+        sizes.append(min(len(handler._batch), handler.MAX_BATCH))
+        real_batch()
+
+    monkeypatch.setattr(handler, "review_batch", recording_batch)
+    # 40 requests in one turn, every fifth malformed, one whose client goes away.
+    bodies = [b"not json" if i % 5 == 4 else review(pod, uid=f"b{i}") for i in range(40)]
+
+    def receiver(body: bytes) -> Any:
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return receive
+
+    async def go() -> list[Any]:
+        headers = {b"content-type": b"application/json"}
+        tasks = [asyncio.ensure_future(handler.handle(headers, receiver(b))) for b in bodies]
+        await asyncio.sleep(0)  # every task reads its body and waits for its batch
+        tasks[7].cancel()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    results = asyncio.run(go())
+    assert sizes == [16, 16, 8]  # MAX_BATCH at a time, the rest in the next turns
+    assert isinstance(results[7], asyncio.CancelledError)
+    for i, result in enumerate(results):
+        if i == 7:
+            continue
+        status, body = result
+        if i % 5 == 4:
+            assert status == 400 and b"not JSON" in body
+        else:
+            response = json.loads(body)["response"]
+            assert status == 200 and response["uid"] == f"b{i}" and response["patchType"] == "JSONPatch"
