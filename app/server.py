@@ -144,6 +144,9 @@ class AdmissionHandler:
         self._params: Params | None = None
         self._pending_log: list[bytes] = []
         self._batch: list[tuple[bytes, asyncio.Future[ReviewResult]]] = []
+        # (outcome, launcher) -> its counter: both come from fixed sets, and labels() costs
+        # more than the increment.
+        self._counters: dict[tuple[str, str], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -186,7 +189,11 @@ class AdmissionHandler:
         except BadReview as e:
             return self.reject(400, str(e))
         elapsed = time.perf_counter() - started
-        self.metrics.requests.labels(result.outcome, result.launcher).inc()
+        key = (result.outcome, result.launcher)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self.metrics.requests.labels(*key)
+        counter.inc()
         self.metrics.latency.observe(elapsed)
         if log.isEnabledFor(logging.INFO):
             self.log_admission(result, elapsed)

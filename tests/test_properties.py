@@ -263,3 +263,27 @@ def test_reinvocation_does_not_decide_what_the_first_pass_could_not() -> None:
     assert any("cannot set" in w and "is_host" in w for w in first.warnings), first.warnings
     again = mutate(first.pod, PARAMS)
     assert again.pod == first.pod
+
+
+@settings(max_examples=2000)
+@given(st.one_of(st.from_regex(r"\A ?[0-9]{1,4}(\.[0-9]{1,2})?(Ki|Mi|Gi|Ti|k|M|G|T|x)? ?\Z"), st.text(max_size=8)))
+def test_quantity_memo_answers_as_the_parser_and_stays_bounded(text: str) -> None:
+    import re
+
+    from app.core import quantity
+
+    m = re.fullmatch(quantity.PATTERN, text.strip()) if text.isascii() else None
+    want = None if m is None else int(float(m.group(1)) * quantity._FACTOR[m.group(2)])
+    assert quantity.parse(text) == want
+    assert quantity.parse(text) == want  # the second answer comes from the memo
+    assert len(quantity._SEEN) <= 1024
+
+
+def test_pet_names_of_every_torchrun_option() -> None:
+    from app.wrapper import rules
+
+    assert rules.pet_name("--rdzv-endpoint") == "PET_RDZV_ENDPOINT"
+    assert rules.pet_name("--nproc-per-node") == "PET_NPROC_PER_NODE"
+    for option in set(rules.LONG.values()):
+        assert rules.pet_name(option) == "PET_" + option[2:].replace("-", "_").upper()
+    assert rules.pet_name("--not-an-option") == "PET_NOT_AN_OPTION"

@@ -210,8 +210,16 @@ class Argv:
             self.script += 1
 
 
-def pet_name(option: str) -> str:
+def _pet_name(option: str) -> str:
     return "PET_" + option.lstrip("-").replace("-", "_").upper()
+
+
+_PET_NAMES = {canonical_name: _pet_name(canonical_name) for canonical_name in set(LONG.values())}
+
+
+def pet_name(option: str) -> str:
+    """torchrun's PET_* variable for an option (`--rdzv-endpoint` -> PET_RDZV_ENDPOINT)."""
+    return _PET_NAMES.get(option) or _pet_name(option)
 
 
 def effective(argv: Argv, env: Mapping[str, str], option: str) -> Tuple[Optional[str], str]:
