@@ -6,7 +6,7 @@ machine, each server pinned to one core and the load generator to the other.
 Then pod-create latency through a real kube-apiserver with and without the webhook.
 The last line printed is one JSON object with every figure. Usage:
 
-    scripts/bench/run.py [--duration 10] [--rates 100,500,2000] [--saturation-rounds 3] [--pods 200] [--out FILE]
+    scripts/bench/run.py [--duration 10] [--rates 100,500,2000] [--rounds 3] [--pods 200] [--out FILE]
 """
 
 from __future__ import annotations
@@ -276,8 +276,8 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per point")
     ap.add_argument("--rates", default="100,500,2000", help="offered loads (req/s); saturation is always added")
     ap.add_argument("--pods", type=int, default=200, help="pods per side for the API-server comparison (0 skips)")
-    ap.add_argument("--saturation-rounds", type=int, default=3,
-                    help="saturation runs per target, interleaved across targets; the median counts")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="runs of every point, interleaved across the targets; the median round counts")  # fmt: skip
     ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
@@ -289,7 +289,6 @@ def main() -> int:
     tree = compiled_tree()
     targets = start_targets(work, bin_dir, tree)
     results: dict[str, list[dict[str, Any]]] = {}
-    saturation_runs: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
 
     def point(name: str, url: str, rate: float) -> dict[str, Any]:
         r = loadgen(bin_dir, url, work / "tls" / tls.CA_FILE, work / "bodies", rate, args.duration, name)
@@ -298,16 +297,20 @@ def main() -> int:
               f"p99 {r['p99_ms']:7.3f} ms  max {r['max_ms']:8.3f} ms  errors {r['errors']}", file=sys.stderr)  # fmt: skip
         return r
 
+    # Every point is run `rounds` times, the rounds interleaved across the targets, and the median
+    # round counts (by p99 at a fixed load, by throughput at saturation): a burst of noise from the
+    # host, or start-up, lands on one round of one target, not on its only figure.
+    runs: dict[str, dict[float, list[dict[str, Any]]]] = {name: {r: [] for r in [*rates, 0.0]} for name in targets}
     try:
-        for name, (url, _) in targets.items():
-            results[name] = [point(name, url, rate) for rate in rates]
-        # Saturation, the figure the ratios compare: rounds interleaved across the targets, so a
-        # burst of noise from the host lands on one round of one target, not on its only figure.
-        for _ in range(args.saturation_rounds):
-            for name, (url, _) in targets.items():
-                saturation_runs[name].append(point(name, url, 0.0))
-        for name, runs in saturation_runs.items():
-            results[name].append(sorted(runs, key=lambda r: r["achieved_rps"])[len(runs) // 2])
+        for _ in range(args.rounds):
+            for rate in [*rates, 0.0]:
+                for name, (url, _) in targets.items():
+                    runs[name][rate].append(point(name, url, rate))
+        for name, by_rate in runs.items():
+            results[name] = [
+                sorted(rs, key=lambda r: r["achieved_rps"] if rate == 0 else r["p99_ms"])[len(rs) // 2]
+                for rate, rs in by_rate.items()
+            ]
     finally:
         for _, proc in targets.values():
             proc.terminate()
@@ -318,8 +321,13 @@ def main() -> int:
         "hostnet_rdma_core": "compiled (mypyc), as the image ships it",
         "results": results,
         "saturation_rps_per_core": sat,
+        "rounds": args.rounds,
         "saturation_rounds_rps": {
-            name: [round(r["achieved_rps"]) for r in runs] for name, runs in saturation_runs.items()
+            name: [round(r["achieved_rps"]) for r in by_rate[0.0]] for name, by_rate in runs.items()
+        },
+        "p99_rounds_ms": {
+            name: {f"{rate:.0f}": [r["p99_ms"] for r in rs] for rate, rs in by_rate.items() if rate}
+            for name, by_rate in runs.items()
         },
         "ratio_to_go_baseline": round(sat["hostnet-rdma"] / sat["go-baseline"], 3),
         "ratio_to_tls_floor": round(sat["hostnet-rdma"] / sat["tls-floor"], 3),
