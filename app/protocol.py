@@ -15,8 +15,9 @@ answers whatever arrives within `drain_idle` seconds, with `connection: close`, 
 connection that stays idle that long is closed.
 
 Writes coalesced: uvicorn writes a response's head and its body separately, and over TLS each
-write is a record and a send() of its own. CoalescingTransport joins the writes a connection
-makes in one event-loop turn into one (+7% saturation throughput, BENCHMARKS.md).
+write is a record and a send() of its own. CoalescingTransport holds a write back until the next
+one (the body after the head) or the end of the loop turn, and sends them as one (+7% saturation
+throughput, BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ def _malloc_trim() -> Callable[[], object]:
 
 
 class CoalescingTransport:
-    """A transport whose writes of one event-loop turn reach the real transport as one write,
-    at the end of the turn, in order. close() and write_eof() send what is pending first; abort()
-    drops it, as it drops the real transport's buffer. Everything else is the real transport's."""
+    """A transport that holds a write back until the next write, which goes out joined with it at
+    once, or until the end of the event-loop turn; the order is kept. close() and write_eof() send
+    what is pending first; abort() drops it, as it drops the real transport's buffer. Everything
+    else is the real transport's."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
@@ -55,9 +57,11 @@ class CoalescingTransport:
         self._pending: list[bytes] = []
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not self._pending:
-            self._loop.call_soon(self.flush)
         self._pending.append(bytes(data))
+        if len(self._pending) > 1:
+            self.flush()  # a response's body after its head: no reason to wait longer
+        else:
+            self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
         if not self._pending:

@@ -129,13 +129,15 @@ class AdmissionHandler:
     mutation itself (BENCHMARKS.md). Reads a bounded JSON body, hands it to app.review.answer, counts
     the outcome, writes one log line, answers.
 
-    Reviews run in batches: the bodies completed in one event-loop turn are reviewed back to back
-    in the next (up to MAX_BATCH at a time), then their requests resume and send. A review run
-    right after another finds the core's code and data in cache; run between two requests' TLS
-    and socket work it took ~3x as long (+30% saturation throughput, BENCHMARKS.md). A request
-    that arrives alone waits one loop turn, microseconds."""
+    Under load, reviews run in batches: the bodies completed in one event-loop turn are reviewed
+    back to back in the next (up to MAX_BATCH at a time), then their requests resume and send. A
+    review run right after another finds the core's code and data in cache; run between two
+    requests' TLS and socket work it took ~3x as long (+30% saturation throughput, BENCHMARKS.md).
+    A request that finds the server idle (no review within BUSY_SECONDS) is reviewed at once: each
+    loop turn a batched request waits is a turn in which newly arrived requests are read first."""
 
     MAX_BATCH = 16
+    BUSY_SECONDS = 0.001
 
     def __init__(self, settings: ServerSettings, holder: ConfigHolder, metrics: Metrics) -> None:
         self.settings = settings
@@ -144,6 +146,7 @@ class AdmissionHandler:
         self._params: Params | None = None
         self._pending_log: list[bytes] = []
         self._batch: list[tuple[bytes, asyncio.Future[ReviewResult]]] = []
+        self._last_review = 0.0  # perf_counter() when the last review ended
         # (outcome, launcher) -> its counter: both come from fixed sets, and labels() costs
         # more than the increment.
         self._counters: dict[tuple[str, str], Any] = {}
@@ -179,13 +182,13 @@ class AdmissionHandler:
             chunks.append(chunk)
             if not message.get("more_body"):
                 break
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[ReviewResult] = loop.create_future()
-        if not self._batch:
-            loop.call_soon(self.review_batch)
-        self._batch.append((b"".join(chunks), waiter))
+        body = b"".join(chunks)
         try:
-            result = await waiter
+            if self._batch or time.perf_counter() - self._last_review < self.BUSY_SECONDS:
+                result = await self.batched(body)
+            else:
+                result = answer(body, self.params())
+                self._last_review = time.perf_counter()
         except BadReview as e:
             return self.reject(400, str(e))
         elapsed = time.perf_counter() - started
@@ -199,6 +202,14 @@ class AdmissionHandler:
             self.log_admission(result, elapsed)
         return 200, result.body
 
+    def batched(self, body: bytes) -> asyncio.Future[ReviewResult]:
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[ReviewResult] = loop.create_future()
+        if not self._batch:
+            loop.call_soon(self.review_batch)
+        self._batch.append((body, waiter))
+        return waiter
+
     def review_batch(self) -> None:
         batch, self._batch = self._batch[: self.MAX_BATCH], self._batch[self.MAX_BATCH :]
         if self._batch:  # the rest in the next turn: requests already answered get sent first
@@ -211,6 +222,7 @@ class AdmissionHandler:
                 waiter.set_result(answer(body, params))
             except Exception as e:  # BadReview, or a bug: for that request alone, never the loop
                 waiter.set_exception(e)
+        self._last_review = time.perf_counter()
 
     def params(self) -> Params:
         """Params for the live config, rebuilt only when the config is reloaded."""

@@ -160,9 +160,15 @@ def test_config_file_decides_the_delivery(tmp_path: Path) -> None:
     assert config.load(cfg).wrapper_delivery == "initContainer"
 
 
-def test_reviews_of_one_loop_turn_are_answered_in_batches_each_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("busy_seconds", [60.0, 0.0], ids=["busy", "idle"])
+def test_reviews_of_one_loop_turn_are_answered_in_batches_each_its_own(
+    monkeypatch: pytest.MonkeyPatch, busy_seconds: float
+) -> None:
     app = create_app(ServerSettings(config=None))
     handler = app.admission
+    # Busy: every review within BUSY_SECONDS of the last one waits for its batch. Idle: each is
+    # answered at once.
+    monkeypatch.setattr(handler, "BUSY_SECONDS", busy_seconds)
     pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
     sizes: list[int] = []
     real_batch = handler.review_batch
@@ -189,10 +195,15 @@ def test_reviews_of_one_loop_turn_are_answered_in_batches_each_its_own(monkeypat
         return await asyncio.gather(*tasks, return_exceptions=True)
 
     results = asyncio.run(go())
-    assert sizes == [16, 16, 8]  # MAX_BATCH at a time, the rest in the next turns
-    assert isinstance(results[7], asyncio.CancelledError)
+    if busy_seconds:
+        # The first found the server idle; the rest MAX_BATCH at a time, then in the next turns.
+        assert sizes == [16, 16, 7]
+        assert isinstance(results[7], asyncio.CancelledError)
+    else:
+        assert sizes == []
+        assert not isinstance(results[7], BaseException)  # answered before it could be cancelled
     for i, result in enumerate(results):
-        if i == 7:
+        if isinstance(result, BaseException):
             continue
         status, body = result
         if i % 5 == 4:

@@ -1,5 +1,5 @@
-"""CoalescingTransport on its own: the writes of one event-loop turn leave as one, in order,
-and nothing pending is lost or reordered by close(). The whole server over real TLS with it is
+"""CoalescingTransport on its own: a write waits for the next (they leave as one) or for the end
+of the event-loop turn, in order, and nothing pending is lost or reordered by close(). The whole server over real TLS with it is
 tests/server (200 concurrent reviews, draining under load, 431 before close)."""
 
 from __future__ import annotations
@@ -46,13 +46,16 @@ def run(body: Any) -> list[tuple[str, Any]]:
     return asyncio.run(go())
 
 
-def test_writes_of_one_turn_leave_as_one_write_in_order() -> None:
+def test_a_head_waits_for_its_body_and_a_lone_write_for_the_end_of_the_turn() -> None:
     async def body(t: CoalescingTransport, real: Recording) -> None:
         t.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        assert real.events == [] and t.get_write_buffer_size() == 19
         t.write(memoryview(b"{}"))
-        assert real.events == [] and t.get_write_buffer_size() == 21
-        await asyncio.sleep(0)
+        assert real.events == [("write", b"HTTP/1.1 200 OK\r\n\r\n{}")]  # at once, joined
         t.write(b"next")
+        assert len(real.events) == 1
+        await asyncio.sleep(0)
+        assert real.events[-1] == ("write", b"next")
         await asyncio.sleep(0)
 
     assert run(body) == [("write", b"HTTP/1.1 200 OK\r\n\r\n{}"), ("write", b"next")]
