@@ -40,6 +40,6 @@ golden: setup
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-# Benchmarks (BENCHMARKS.md): ~6 minutes, writes scripts/bench/results.json.
+# Benchmarks (BENCHMARKS.md): ~12 minutes, writes scripts/bench/results.json.
 bench: setup
 	$(PY) scripts/bench/run.py --out scripts/bench/results.json
