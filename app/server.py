@@ -146,7 +146,7 @@ class AdmissionHandler:
         self._params: Params | None = None
         self._pending_log: list[bytes] = []
         self._batch: list[tuple[bytes, asyncio.Future[ReviewResult]]] = []
-        self._last_review = 0.0  # perf_counter() when the last review ended
+        self._last_review = float("-inf")  # perf_counter() when the last review ended
         # (outcome, launcher) -> its counter: both come from fixed sets, and labels() costs
         # more than the increment.
         self._counters: dict[tuple[str, str], Any] = {}
@@ -214,13 +214,12 @@ class AdmissionHandler:
         batch, self._batch = self._batch[: self.MAX_BATCH], self._batch[self.MAX_BATCH :]
         if self._batch:  # the rest in the next turn: requests already answered get sent first
             asyncio.get_running_loop().call_soon(self.review_batch)
-        params = self.params()
         for body, waiter in batch:
             if waiter.done():  # cancelled: its client went away
                 continue
             try:
-                waiter.set_result(answer(body, params))
-            except Exception as e:  # BadReview, or a bug: for that request alone, never the loop
+                waiter.set_result(answer(body, self.params()))
+            except Exception as e:  # BadReview, or a bug: for that request alone; none is left waiting
                 waiter.set_exception(e)
         self._last_review = time.perf_counter()
 

@@ -211,3 +211,35 @@ def test_reviews_of_one_loop_turn_are_answered_in_batches_each_its_own(
         else:
             response = json.loads(body)["response"]
             assert status == 200 and response["uid"] == f"b{i}" and response["patchType"] == "JSONPatch"
+
+
+def test_a_bug_in_one_review_of_a_batch_fails_that_request_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import app.server
+
+    app_ = create_app(ServerSettings(config=None))
+    handler = app_.admission
+    monkeypatch.setattr(handler, "BUSY_SECONDS", 60.0)
+    pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
+    real = app.server.answer
+
+    def answer(body: bytes, params: Params) -> ReviewResult:
+        if b'"boom"' in body:
+            raise RuntimeError("a bug")
+        return real(body, params)
+
+    monkeypatch.setattr(app.server, "answer", answer)
+
+    def receive_of(body: bytes) -> Any:
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return receive
+
+    async def go() -> list[Any]:
+        headers = {b"content-type": b"application/json"}
+        calls = [handler.handle(headers, receive_of(review(pod, uid=u))) for u in ("a", "b", "boom", "c")]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    results = asyncio.run(go())
+    assert isinstance(results[2], RuntimeError)
+    assert [json.loads(r[1])["response"]["uid"] for i, r in enumerate(results) if i != 2] == ["a", "b", "c"]
