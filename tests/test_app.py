@@ -160,6 +160,15 @@ def test_config_file_decides_the_delivery(tmp_path: Path) -> None:
     assert config.load(cfg).wrapper_delivery == "initContainer"
 
 
+def whole_body(body: bytes) -> Any:
+    """An ASGI receive() whose request body has arrived whole."""
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
 @pytest.mark.parametrize("busy_seconds", [60.0, 0.0], ids=["busy", "idle"])
 def test_reviews_of_one_loop_turn_are_answered_in_batches_each_its_own(
     monkeypatch: pytest.MonkeyPatch, busy_seconds: float
@@ -181,15 +190,9 @@ def test_reviews_of_one_loop_turn_are_answered_in_batches_each_its_own(
     # 40 requests in one turn, every fifth malformed, one whose client goes away.
     bodies = [b"not json" if i % 5 == 4 else review(pod, uid=f"b{i}") for i in range(40)]
 
-    def receiver(body: bytes) -> Any:
-        async def receive() -> dict[str, Any]:
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        return receive
-
     async def go() -> list[Any]:
         headers = {b"content-type": b"application/json"}
-        tasks = [asyncio.ensure_future(handler.handle(headers, receiver(b))) for b in bodies]
+        tasks = [asyncio.ensure_future(handler.handle(headers, whole_body(b))) for b in bodies]
         await asyncio.sleep(0)  # every task reads its body and waits for its batch
         tasks[7].cancel()
         return await asyncio.gather(*tasks, return_exceptions=True)
@@ -229,15 +232,9 @@ def test_a_bug_in_one_review_of_a_batch_fails_that_request_alone(monkeypatch: py
 
     monkeypatch.setattr(app.server, "answer", answer)
 
-    def receive_of(body: bytes) -> Any:
-        async def receive() -> dict[str, Any]:
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        return receive
-
     async def go() -> list[Any]:
         headers = {b"content-type": b"application/json"}
-        calls = [handler.handle(headers, receive_of(review(pod, uid=u))) for u in ("a", "b", "boom", "c")]
+        calls = [handler.handle(headers, whole_body(review(pod, uid=u))) for u in ("a", "b", "boom", "c")]
         return await asyncio.gather(*calls, return_exceptions=True)
 
     results = asyncio.run(go())
