@@ -279,6 +279,16 @@ def test_quantity_memo_answers_as_the_parser_and_stays_bounded(text: str) -> Non
     assert len(quantity._SEEN) <= 1024
 
 
+def test_quantity_memo_keeps_no_long_string() -> None:
+    from app.core import quantity
+
+    long = "0" * 100_000 + "1Gi"  # an annotation value is user input, and may be this long
+    assert quantity.parse(long) == 2**30
+    assert quantity.parse("9" * 400 + "Gi") is None  # beyond a float: not a size, not a crash
+    assert long not in quantity._SEEN
+    assert all(len(k) <= quantity._SEEN_MAX_LENGTH for k in quantity._SEEN)
+
+
 def test_pet_names_of_every_torchrun_option() -> None:
     from app.wrapper import rules
 

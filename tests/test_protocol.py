@@ -85,3 +85,27 @@ def test_nothing_is_written_to_a_transport_already_closing_and_the_rest_is_the_r
         assert t.is_closing() and t.get_extra_info("peername") == ("127.0.0.1", 1)
 
     assert run(body) == []
+
+
+def test_the_servers_protocol_writes_through_a_coalescing_transport() -> None:
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    from app.protocol import bounded_protocol
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:  # never called here
+        raise AssertionError
+
+    async def go() -> None:
+        config = Config(asgi, http="httptools")
+        config.load()
+        protocol = bounded_protocol(10.0, 8192)(config=config, server_state=ServerState(), app_state={})
+        real = Recording()
+        protocol.connection_made(real)
+        assert isinstance(protocol.transport, CoalescingTransport)
+        protocol.transport.write(b"head")
+        protocol.transport.write(b"body")
+        assert real.events == [("write", b"headbody")]
+        protocol.connection_lost(None)
+
+    asyncio.run(go())

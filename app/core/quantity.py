@@ -12,7 +12,11 @@ _FACTOR = {
 }  # fmt: skip
 
 
-_SEEN: dict[str, int | None] = {}  # a cluster uses a handful of sizes; each admission parses ~3
+# A cluster uses a handful of sizes; each admission parses ~3. Bounded in entries and in key
+# length: these strings are user input (an annotation may be megabytes).
+_SEEN: dict[str, int | None] = {}
+_SEEN_MAX_ENTRIES = 1024
+_SEEN_MAX_LENGTH = 32
 
 
 def parse(text: str) -> int | None:
@@ -20,7 +24,10 @@ def parse(text: str) -> int | None:
     if text in _SEEN:
         return _SEEN[text]
     m = PATTERN.fullmatch(text.strip()) if text.isascii() else None
-    value = None if m is None else int(float(m.group(1)) * _FACTOR[m.group(2)])
-    if len(_SEEN) < 1024:  # bounded: pod specs are user input
+    try:
+        value = None if m is None else int(float(m.group(1)) * _FACTOR[m.group(2)])
+    except OverflowError:  # more digits than a float holds: no size anyone means
+        value = None
+    if len(_SEEN) < _SEEN_MAX_ENTRIES and len(text) <= _SEEN_MAX_LENGTH:
         _SEEN[text] = value
     return value
