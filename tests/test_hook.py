@@ -19,7 +19,7 @@ import pytest
 
 from app.core import names
 from app.core.wrap import BOOTSTRAP, BOOTSTRAP_PATH
-from app.wrapper import payload
+from app.wrapper import payload, rules
 from app.wrapper.rules import BOOTSTRAP_FILE
 
 ENV = {
@@ -91,10 +91,12 @@ def run(sandbox: dict[str, Path], command: list[str], **extra: str) -> subproces
         **ENV,
         **extra,
     }
+    # The webhook's settings travel as the bootstrap's first argument, as in a mutated pod.
+    settings = rules.pack({k: env.pop(k) for k in rules.PACKED if k in env})
     if str(sandbox["delivery"]) == "initContainer":
-        argv = [str(sandbox["bin"] / BOOTSTRAP_FILE), *command]  # BOOTSTRAP_PATH in this sandbox
+        argv = [str(sandbox["bin"] / BOOTSTRAP_FILE), settings, *command]  # BOOTSTRAP_PATH in this sandbox
     else:
-        argv = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, payload(), *command]
+        argv = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, payload(), settings, *command]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -188,7 +190,7 @@ def test_installed_bootstrap_without_python_runs_unwrapped_and_says_so(tmp_path:
 
     install.install(tmp_path / "bin")
     (tmp_path / "empty").mkdir()
-    p = subprocess.run([str(tmp_path / "bin" / BOOTSTRAP_FILE), "/bin/echo", "ran"], env={"PATH": str(tmp_path / "empty")},
+    p = subprocess.run([str(tmp_path / "bin" / BOOTSTRAP_FILE), "launcher=job", "/bin/echo", "ran"], env={"PATH": str(tmp_path / "empty")},
                        capture_output=True, text=True, timeout=30)  # fmt: skip
     assert p.returncode == 0 and p.stdout.strip() == "ran"
     assert "no python3 in this image; torchrun runs without the wrapper" in p.stderr
@@ -204,7 +206,7 @@ def test_the_core_starts_the_command_with_the_file_the_init_container_copies(tmp
            "spec": {"hostNetwork": True, "hostname": "p", "subdomain": "s",
                     "containers": [{"name": "c", "image": "x", "command": ["torchrun", "t.py"]}]}}  # fmt: skip
     out = mutate(pod, Params(config=cfg, namespace="ns")).pod["spec"]
-    assert out["containers"][0]["command"] == [BOOTSTRAP_PATH, "torchrun", "t.py"]
+    assert out["containers"][0]["command"] == [BOOTSTRAP_PATH, "launcher=pod;local_addr=p.s;peers=", "torchrun", "t.py"]
     # ... a file the init container's copy puts there, executable.
     install.install(tmp_path / "image")
     (tmp_path / "bin").mkdir()

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core import InjectConfig, Params, mutate
+from app.core.wrap import settings_of
 from app.wrapper import rules
 
 VOLCANO_W1 = {
@@ -153,6 +154,15 @@ def _pod(env: list[dict[str, str]], command: list[str] | None) -> dict[str, Any]
     }  # fmt: skip
 
 
+def _run_env(container: dict[str, Any], zone: str = "ns.svc.cluster.local") -> dict[str, str]:
+    """The env the wrapper works from in this container: its env, the settings the bootstrap
+    exports from its first argument, and what follows from them in the pod's DNS zone."""
+    env = {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
+    settings_ = settings_of(container)
+    assert settings_ is not None
+    return rules.unpack({**env, rules.ENV_POD: settings_}, zone)
+
+
 JOB = "ij"
 PARAMS = Params(InjectConfig(), "ns", "payload", "test")
 _PET = st.fixed_dictionaries(
@@ -177,8 +187,7 @@ def test_admission_fallback_reaches_the_wrappers_decision(pet: dict[str, str]) -
     env = [{"name": k, "value": v} for k, v in pet.items()]
     wrapped = mutate(_pod(env, ["torchrun", "t.py"]), PARAMS).pod["spec"]["containers"][0]
     fallback = mutate(_pod(env, None), PARAMS).pod["spec"]["containers"][0]
-    run_env = {e["name"]: e["value"] for e in wrapped["env"] if "value" in e}
-    _, by_wrapper = rules.merge(["t.py"], rules.unpack(run_env))  # as the wrapper reads its env
+    _, by_wrapper = rules.merge(["t.py"], _run_env(wrapped))
     pet_env = {e["name"]: e["value"] for e in fallback["env"] if e["name"].startswith("PET_")}
     # What torchrun sees in the uncaught container: its own PET_* env and no wrapper.
     _, by_torchrun = rules.merge(["t.py"], pet_env)
@@ -240,9 +249,63 @@ _SETTING_VALUE = st.text(st.characters(blacklist_characters=";", blacklist_categ
 
 @given(settings_=st.dictionaries(st.sampled_from(rules.PACKED), _SETTING_VALUE))
 def test_packed_settings_unpack_to_the_same_variables(settings_: dict[str, str]) -> None:
-    env = rules.unpack({rules.ENV_POD: rules.pack(settings_), "OTHER": "x"})
-    assert {k: v for k, v in env.items() if k in rules.PACKED} == settings_
+    env = rules.unpack({rules.ENV_POD: rules.pack(settings_), "OTHER": "x"}, "ns.svc.cluster.local")
+    # Every setting sent comes back as it was; the only others are what follows from them.
+    assert {k: v for k, v in env.items() if k in rules.PACKED} == {
+        **rules.implied(settings_, "ns.svc.cluster.local"),
+        **settings_,
+    }
     assert env["OTHER"] == "x"
+
+
+def test_implied_settings() -> None:
+    """What the wrapper derives when the webhook leaves a setting out, and only then."""
+    zone = "team-a.svc.cluster.local"
+    env = rules.unpack({rules.ENV_POD: "local_addr=j-worker-1.j;rdzv_endpoint=j-worker-0.j:23456"}, zone)
+    assert env[rules.ENV_RDZV_BACKEND] == "c10d"
+    assert env[rules.ENV_PEERS] == "j-*"
+    assert env[rules.ENV_IDENTITIES] == "j-worker-1.j.team-a.svc.cluster.local"
+    # Sent, even empty, a setting is not derived; a bare host name implies no peers.
+    env = rules.unpack({rules.ENV_POD: "local_addr=p-0;peers=;identities=p-0.x.svc.k8s;rdzv_backend=etcd"}, zone)
+    assert env[rules.ENV_PEERS] == "" and env[rules.ENV_IDENTITIES] == "p-0.x.svc.k8s"
+    assert env[rules.ENV_RDZV_BACKEND] == "etcd"
+    assert rules.implied({rules.ENV_LOCAL_ADDR: "p-0"}) == {}
+    # No zone (a resolver without the cluster's search list): no identity beyond the address.
+    assert rules.ENV_IDENTITIES not in rules.unpack({rules.ENV_POD: "local_addr=j-1.j"})
+
+
+def test_cluster_zone_is_the_first_namespace_zone_in_the_search_list() -> None:
+    assert rules.cluster_zone(["team-a.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp"]) == (
+        "team-a.svc.cluster.local"
+    )
+    assert rules.cluster_zone(["corp.example", "Team-B.svc.gpu.example."]) == "team-b.svc.gpu.example"
+    assert rules.cluster_zone(["svc.cluster.local", "cluster.local", "example.com"]) == ""
+    assert rules.cluster_zone([]) == ""
+
+
+@settings(max_examples=300, deadline=None)
+@given(pet=_PET, dns=st.sampled_from(["ClusterFirstWithHostNet", "Default", None]))
+def test_the_wrapper_works_from_what_admission_decided(pet: dict[str, str], dns: str | None) -> None:
+    """Settings left out of the pod because the wrapper derives them come back, at run time,
+    as admission had them: the run-time decision is the admission-time one."""
+    env = [{"name": k, "value": v} for k, v in pet.items()]
+    pod = _pod(env, ["torchrun", "t.py"])
+    if dns:
+        pod["spec"]["dnsPolicy"] = dns
+    else:
+        pod["metadata"]["annotations"] = {"hostnet-rdma.io/skip": "dns"}
+    c = mutate(pod, PARAMS).pod["spec"]["containers"][0]
+    # Only ClusterFirstWithHostNet gives the pod's resolver the namespace's zone.
+    zone = "ns.svc.cluster.local" if dns == "ClusterFirstWithHostNet" else "corp.example"
+    at_run_time = _run_env(c, rules.cluster_zone([zone]))
+    assert at_run_time[rules.ENV_IDENTITIES] == f"{JOB}-1.{JOB}.ns.svc.cluster.local"
+    assert at_run_time[rules.ENV_PEERS] == f"{JOB}-*"
+    _, by_wrapper = rules.merge(["t.py"], at_run_time)
+    full = {**{e["name"]: e["value"] for e in env}, rules.ENV_LOCAL_ADDR: f"{JOB}-1.{JOB}", rules.ENV_RDZV_ID: "u-1",
+            rules.ENV_IDENTITIES: f"{JOB}-1.{JOB}.ns.svc.cluster.local", rules.ENV_PEERS: f"{JOB}-*"}  # fmt: skip
+    _, at_admission = rules.merge(["t.py"], full)
+    fields = ("backend", "endpoint", "local_addr", "rdzv_id", "is_host", "nnodes", "endpoint_problem", "added")
+    assert [getattr(by_wrapper, f) for f in fields] == [getattr(at_admission, f) for f in fields]
 
 
 def test_the_packed_value_wins_and_unknown_keys_are_ignored() -> None:
@@ -263,13 +326,14 @@ def test_admission_packs_the_settings_and_keeps_a_declared_name_in_step() -> Non
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env[rules.ENV_LOCAL_ADDR] == f"{JOB}-1.{JOB}"  # declared: overwritten with ours, as before
     assert env[rules.ENV_RDZV_ID] == "u-1"
-    assert "local_addr=" not in env[rules.ENV_POD] and "rdzv_id=" not in env[rules.ENV_POD]
-    unpacked = rules.unpack(env)
+    settings_ = settings_of(c)
+    assert settings_ == "launcher=job", settings_  # all else declared, or derived in the pod
+    unpacked = _run_env(c)
     assert unpacked[rules.ENV_LOCAL_ADDR] == f"{JOB}-1.{JOB}" and unpacked[rules.ENV_LAUNCHER] == "job"
     assert (
         unpacked[rules.ENV_PEERS] == f"{JOB}-*"
         and unpacked[rules.ENV_IDENTITIES] == f"{JOB}-1.{JOB}.ns.svc.cluster.local"
     )
-    # Only the packed variable and the declared ones: no other HOSTNET_RDMA_* entry.
+    # Only the declared ones: no other HOSTNET_RDMA_* entry (the settings are an argument).
     ours = sorted(k for k in env if k.startswith(rules.ENV_PREFIX))
-    assert ours == sorted([rules.ENV_POD, rules.ENV_LOCAL_ADDR, rules.ENV_RDZV_ID]), ours
+    assert ours == sorted([rules.ENV_LOCAL_ADDR, rules.ENV_RDZV_ID]), ours

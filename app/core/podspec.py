@@ -46,7 +46,7 @@ def mount_at(container: Obj, path: str) -> Obj | None:
     return None
 
 
-def add_mount(container: Obj, name: str, path: str, sub_path: str = "", read_only: bool = False) -> None:
+def add_mount(container: Obj, name: str, path: str, sub_path: str = "") -> None:
     if mount_at(container, path) is not None:
         return
     mounts = child_list(container, "volumeMounts")
@@ -55,8 +55,6 @@ def add_mount(container: Obj, name: str, path: str, sub_path: str = "", read_onl
     mount: Obj = {"name": name, "mountPath": path}
     if sub_path:
         mount["subPath"] = sub_path
-    if read_only:
-        mount["readOnly"] = True
     mounts.append(mount)
 
 

@@ -13,18 +13,19 @@ import sys
 from pathlib import Path
 
 from app.wrapper import FILES
-from app.wrapper.rules import BOOTSTRAP_FILE, ENV_PYTHON
+from app.wrapper.rules import BOOTSTRAP_FILE, ENV_POD, ENV_PYTHON
 
 # `${0%/*}`: the directory the shim was found in, so the files may be mounted anywhere.
 SHIM = '#!/bin/sh\nexec "${' + ENV_PYTHON + ':-python3}" "${0%/*}/py/hostnet_rdma_torchrun.py" "$@"\n'
 
-# Runs the container's own command with the shim first on PATH and the start-up hook first on
-# PYTHONPATH, so torchrun is caught however the command starts it. A file in the pod's
+# Runs the container's own command (its arguments after the first, the webhook's settings for
+# the wrapper) with the shim first on PATH and the start-up hook first on PYTHONPATH, so
+# torchrun is caught however the command starts it. A file in the pod's
 # emptyDir rather than a script in the pod spec: the spec carries 25 bytes instead of 500.
 # Without a python the wrapper cannot run: the command runs unwrapped, and says so.
 BOOTSTRAP = (
     "#!/bin/sh\n"
-    'd="${0%/*}"\n'
+    'd="${0%/*}"\n' + ENV_POD + '="$1"; export ' + ENV_POD + "; shift\n"
     'p="$(command -v python3 || command -v python)"\n'
     'if [ -n "$p" ]; then\n'
     "  " + ENV_PYTHON + '="$p"; PATH="$d:$PATH"; PYTHONPATH="$d/py${PYTHONPATH:+:$PYTHONPATH}"\n'

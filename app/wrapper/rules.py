@@ -76,17 +76,51 @@ def pack(settings: Mapping[str, str]) -> str:
     return ";".join(name[len(ENV_PREFIX) :].lower() + "=" + value for name, value in settings.items())
 
 
-def unpack(env: Mapping[str, str]) -> Dict[str, str]:
+def unpack(env: Mapping[str, str], zone: str = "") -> Dict[str, str]:
     """A copy of env with HOSTNET_RDMA_POD spread into its HOSTNET_RDMA_* names. Those names
     set on their own are read too (pods from older versions, manual runs); the packed value
-    wins, as the webhook's value always did. Unknown keys are ignored."""
+    wins, as the webhook's value always did. Unknown keys are ignored. A setting absent from
+    both gets what implied() derives from the others (`zone`: see cluster_zone)."""
     out = dict(env)
     for part in env.get(ENV_POD, "").split(";"):
         key, sep, value = part.partition("=")
         name = _PACKED_KEYS.get(key.strip())
         if sep and name:
             out[name] = value
+    for name, value in implied(out, zone).items():
+        out.setdefault(name, value)
     return out
+
+
+def implied(env: Mapping[str, str], zone: str = "") -> Dict[str, str]:
+    """The settings that follow from others, so the webhook leaves them out when they agree
+    (every byte is in every pod) and sends them, empty if need be, when they do not:
+    - the backend of a default endpoint is c10d (every launcher default is a c10d store);
+    - the peers of a `host.subdomain` address are `<subdomain>-*` (launchers name the headless
+      Service after the job, and the job's pods `<job>-...`);
+    - this pod's identity is its address in the namespace's DNS zone, `<local_addr>.<zone>`:
+      the name the pod's own resolver completes the short forms to."""
+    out: Dict[str, str] = {}
+    if env.get(ENV_RDZV_ENDPOINT):
+        out[ENV_RDZV_BACKEND] = "c10d"
+    local = env.get(ENV_LOCAL_ADDR, "")
+    labels = local.split(".")
+    if len(labels) == 2 and all(labels):
+        out[ENV_PEERS] = labels[1] + "-*"
+    if local and zone:
+        out[ENV_IDENTITIES] = local + "." + zone
+    return out
+
+
+def cluster_zone(search: Sequence[str]) -> str:
+    """The namespace's DNS zone, `<ns>.svc.<cluster domain>`, from a resolv.conf search list:
+    the kubelet writes it first for dnsPolicy ClusterFirstWithHostNet (and the pod's short
+    names resolve through it). "" when the list has none (the webhook then sends identities)."""
+    for domain in search:
+        labels = domain.lower().rstrip(".").split(".")
+        if len(labels) >= 3 and labels[1] == "svc" and all(labels):
+            return ".".join(labels)
+    return ""
 
 
 # ---------------------------------------------------------------------------- argv

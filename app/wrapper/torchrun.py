@@ -260,6 +260,30 @@ def socket_ifnames(plan: rules.Plan, env: Mapping[str, str]) -> Tuple[Dict[str, 
 # ---------------------------------------------------------------------------- main
 
 
+def search_domains(root: str) -> List[str]:
+    """The resolver's search list from ROOT/etc/resolv.conf (the last search/domain line wins,
+    as in glibc); [] when there is none."""
+    try:
+        with open(os.path.join(root, "etc", "resolv.conf")) as f:
+            text = f.read()
+    except OSError:
+        return []
+    found: List[str] = []
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0] in ("search", "domain"):
+            found = words[1:]
+    return found
+
+
+def settings(env: Mapping[str, str]) -> Dict[str, str]:
+    """The env with the webhook's settings spread out, and what follows from them: this pod's
+    DNS identity in the namespace's zone, read from its resolv.conf (see rules.implied)."""
+    root = env.get(rules.ENV_SYSFS_ROOT) or "/"
+    unpacked: Dict[str, str] = rules.unpack(env, rules.cluster_zone(search_domains(root)))
+    return unpacked
+
+
 def log(message: str) -> None:
     sys.stderr.write(f"{PREFIX}: {message}\n")
     sys.stderr.flush()
@@ -331,7 +355,7 @@ def _dry_run(new_args: List[str], plan: rules.Plan, env: Mapping[str, str]) -> N
 
 def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
     """The PATH shim's entry: decide, check, then exec the real torchrun."""
-    env = rules.unpack(os.environ if env is None else env)
+    env = settings(os.environ if env is None else env)
     new_args, plan = plan_for(args, env)
     if truthy(env.get(rules.ENV_DRY_RUN)):
         _dry_run(new_args, plan, env)
@@ -357,7 +381,7 @@ def intercept(argv: List[str]) -> None:
     """The start-up hook's entry, inside a torchrun process however it was started (absolute
     path, another PATH, a login shell, `python -m torch.distributed.run`): rewrite its argv in
     place before torchrun parses it. Exits the process on a preflight failure or a dry run."""
-    env = rules.unpack(os.environ)
+    env = settings(os.environ)
     new_args, plan = plan_for(argv[1:], env)
     if truthy(env.get(rules.ENV_DRY_RUN)):
         _dry_run(new_args, plan, env)
