@@ -26,13 +26,15 @@ ANN_NCCL_IFNAME = f"{DOMAIN}/nccl-socket-ifname"
 ANN_FABRIC_PREFLIGHT = f"{DOMAIN}/fabric-preflight"
 
 # Volumes we add. The prefix lets a second pass recognise its own work.
-VOL_INFINIBAND = "hostnet-rdma-infiniband"
+VOL_INFINIBAND = "hostnet-rdma-ib"
 VOL_SHM = "hostnet-rdma-shm"
-VOL_BIN = "hostnet-rdma-bin"
+# Mounted at BIN_DIR, hence its name.
+VOL_BIN = "hostnet-rdma"
 # The init container that copies the wrapper into VOL_BIN (wrapper.delivery: initContainer),
 # from where the webhook's image holds it (deploy/Dockerfile runs app.wrapper.install there).
 INIT_CONTAINER = "hostnet-rdma-wrapper"
-IMAGE_WRAPPER_DIR = "/opt/hostnet-rdma/wrapper"
+# Short: with wrapper.delivery imageVolume it is the mount's subPath, in every pod.
+IMAGE_WRAPPER_DIR = "/wrapper"
 BIN_DIR = "/hostnet-rdma"
 SHM_PATH = "/dev/shm"
 

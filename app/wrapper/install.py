@@ -1,7 +1,7 @@
 """`python3 -m app.wrapper.install DIR`: lay the wrapper out in DIR as a pod gets it: the files
 under the flat names the pod imports them by, a `torchrun` shim that runs them with the
 training container's own python (HOSTNET_RDMA_PYTHON), and the `bootstrap` the training
-container's command starts with. The image build runs it into /opt/hostnet-rdma/wrapper
+container's command starts with. The image build runs it into /wrapper
 (deploy/Dockerfile); a training pod gets that directory at /hostnet-rdma, mounted from the image
 (wrapper.delivery: imageVolume) or copied into an emptyDir by an init container
 (initContainer). Stdlib only."""

@@ -97,7 +97,7 @@ def batch(
         inits = [i["name"] for i in got["spec"].get("initContainers") or []]
         assert ("hostnet-rdma-wrapper" in inits) == (delivery == "initContainer"), (delivery, inits)
         image_volumes = [v["name"] for v in got["spec"]["volumes"] if "image" in v]
-        assert (image_volumes == ["hostnet-rdma-bin"]) == (delivery == "imageVolume"), (delivery, image_volumes)
+        assert (image_volumes == ["hostnet-rdma"]) == (delivery == "imageVolume"), (delivery, image_volumes)
     c.kubectl("delete", "pods", "-n", ns, "-l", "bench=1", "--wait=true", "--timeout=120s")
     return [running[x] - sent[x] for x in names]
 

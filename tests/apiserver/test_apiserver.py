@@ -437,6 +437,6 @@ def test_image_deliveries_are_pods_the_api_server_accepts(kube: Kube, case: Path
         assert got_c.get("command") == want_c.get("command")
         assert got_c.get("volumeMounts") == want_c.get("volumeMounts")
     # The API server keeps the image volume as written (a server without the feature drops it).
-    assert [v for v in stored["volumes"] if v["name"] == "hostnet-rdma-bin"] == [
-        v for v in want["spec"]["volumes"] if v["name"] == "hostnet-rdma-bin"
+    assert [v for v in stored["volumes"] if v["name"] == "hostnet-rdma"] == [
+        v for v in want["spec"]["volumes"] if v["name"] == "hostnet-rdma"
     ]

@@ -201,9 +201,9 @@ def test_statefulset_completes(cluster: Cluster, release: dict[str, Any]) -> Non
 def _delivery_shape(pod: dict[str, Any]) -> str:
     """Which wrapper delivery made this pod, read from its spec."""
     spec = pod["spec"]
-    found = [v for v in spec.get("volumes") or [] if v["name"] == "hostnet-rdma-bin"]
+    found = [v for v in spec.get("volumes") or [] if v["name"] == "hostnet-rdma"]
     if len(found) != 1:
-        return f"unknown: {len(found)} hostnet-rdma-bin volumes (not wrapped?)"
+        return f"unknown: {len(found)} hostnet-rdma volumes (not wrapped?)"
     volume = found[0]
     inits = [c["name"] for c in spec.get("initContainers") or []]
     command = spec["containers"][0]["command"]

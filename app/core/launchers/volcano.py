@@ -67,7 +67,8 @@ class Volcano:
             advertised_address=f"{hostname}.{subdomain}" if hostname and subdomain else hostname,
             rdzv_endpoint=endpoint,
             rdzv_backend="c10d",
-            rdzv_id=ann.get(GROUP_NAME) or str(ref.get("uid") or ""),
+            # The job UID (as for every other launcher); its PodGroup name `<job>-<uid>` without one.
+            rdzv_id=str(ref.get("uid") or "") or ann.get(GROUP_NAME, ""),
             nnodes=nnodes,
             peers=(f"{job}-*",) if job else (),
         )
