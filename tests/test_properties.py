@@ -39,7 +39,9 @@ env_key = st.sampled_from(
 )
 env_entry = st.fixed_dictionaries({"name": env_key}, optional={"value": st.text(max_size=12)})
 mount_path = st.sampled_from(["/dev/shm", "/dev/infiniband", "/data", "/hostnet-rdma", "/scripts"])
-volume_name = st.sampled_from(["shm", "devinf", "data", "hostnet-rdma-shm", "hostnet-rdma", "hostnet-rdma-ib", "scripts"])
+volume_name = st.sampled_from(
+    ["shm", "devinf", "data", "hostnet-rdma-shm", "hostnet-rdma", "hostnet-rdma-ib", "scripts"]
+)
 command = st.one_of(
     st.none(),
     st.just(["torchrun", "train.py"]),
