@@ -269,9 +269,13 @@ def test_implied_settings() -> None:
     env = rules.unpack({rules.ENV_POD: "local_addr=p-0;peers=;identities=p-0.x.svc.k8s;rdzv_backend=etcd"}, zone)
     assert env[rules.ENV_PEERS] == "" and env[rules.ENV_IDENTITIES] == "p-0.x.svc.k8s"
     assert env[rules.ENV_RDZV_BACKEND] == "etcd"
-    assert rules.implied({rules.ENV_LOCAL_ADDR: "p-0"}) == {}
-    # No zone (a resolver without the cluster's search list): no identity beyond the address.
-    assert rules.ENV_IDENTITIES not in rules.unpack({rules.ENV_POD: "local_addr=j-1.j"})
+    assert rules.implied({rules.ENV_LOCAL_ADDR: "p-0"}) == {rules.ENV_IDENTITIES: "p-0"}  # no peers
+    # No zone (a resolver without the cluster's search list): the address alone, so an endpoint
+    # naming a pod as the launchers do still finds its host.
+    env = rules.unpack({rules.ENV_POD: "local_addr=j-1.j"})
+    assert env[rules.ENV_IDENTITIES] == "j-1.j"
+    _, plan = rules.merge(["--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=j-1.j:29400", "t.py"], env)
+    assert plan.is_host == "true"
 
 
 def test_cluster_zone_is_the_first_namespace_zone_in_the_search_list() -> None:

@@ -99,7 +99,8 @@ def implied(env: Mapping[str, str], zone: str = "") -> Dict[str, str]:
     - the peers of a `host.subdomain` address are `<subdomain>-*` (launchers name the headless
       Service after the job, and the job's pods `<job>-...`);
     - this pod's identity is its address in the namespace's DNS zone, `<local_addr>.<zone>`:
-      the name the pod's own resolver completes the short forms to."""
+      the name the pod's own resolver completes the short forms to (without a zone, the address
+      alone: an endpoint naming this pod as the launchers do still matches)."""
     out: Dict[str, str] = {}
     if env.get(ENV_RDZV_ENDPOINT):
         out[ENV_RDZV_BACKEND] = "c10d"
@@ -107,8 +108,8 @@ def implied(env: Mapping[str, str], zone: str = "") -> Dict[str, str]:
     labels = local.split(".")
     if len(labels) == 2 and all(labels):
         out[ENV_PEERS] = labels[1] + "-*"
-    if local and zone:
-        out[ENV_IDENTITIES] = local + "." + zone
+    if local:
+        out[ENV_IDENTITIES] = local + "." + zone if zone else local
     return out
 
 

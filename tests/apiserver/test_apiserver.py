@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from app.core import Params, mutate
+from app.core.wrap import settings_of
 from app.wrapper import payload, rules
 from tests.apiserver.conftest import (
     BASELINE,
@@ -188,7 +189,9 @@ def test_reinvocation_after_a_later_webhook(kube: Kube, webhook: Webhook, tmp_pa
         assert len(names) == len(set(names)), names
         assert [v["name"] for v in final["spec"]["volumes"]].count("hostnet-rdma-shm") == 1
         assert c["command"].count("hostnet-rdma-bootstrap") == 1
-        env = rules.unpack(env_of(final, 0))
+        settings = [a for a in c["command"] if a.startswith("launcher=")]
+        assert len(settings) == 1 and settings == [settings_of(c)], c["command"]  # replaced, not stacked
+        env = rules.unpack({**env_of(final, 0), rules.ENV_POD: settings[0]})
         # The re-invocation saw the later webhook's label: the rdzv id follows it.
         assert env["HOSTNET_RDMA_RDZV_ID"] == "g-key-1" and env["LWS_LEADER_ADDRESS"] == "llm-0.llm.hr-on"
     finally:

@@ -84,10 +84,14 @@ def indexed_job(ns: str, name: str, image: str, sites: list[Path], port: int = 2
     return [scripts_configmap(ns), headless_service(ns, name, {"app": name}), job]
 
 
-def statefulset(ns: str, name: str, image: str, sites: list[Path], port: int = 29400) -> list[dict[str, Any]]:
-    """A StatefulSet with a headless Service: pods `<name>-<i>`, DNS `<name>-<i>.<name>`.
+def statefulset(
+    ns: str, name: str, image: str, sites: list[Path], port: int = 29400, endpoint_host: str = ""
+) -> list[dict[str, Any]]:
+    """A StatefulSet with a headless Service: pods `<name>-<i>`, DNS `<name>-<i>.<name>`; the
+    endpoint is pod 0 under that name unless `endpoint_host` names it otherwise.
     StatefulSet pods always restart, so, as users do, the container idles after training."""
-    command = torchrun(f"{name}-0.{name}:{port}") + " && echo TORCHRUN-EXIT-0 && exec sleep infinity"
+    host = endpoint_host or f"{name}-0.{name}"
+    command = torchrun(f"{host}:{port}") + " && echo TORCHRUN-EXIT-0 && exec sleep infinity"
     spec = pod_spec(name, image, command, sites, "Always")
     sts = {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name, "namespace": ns},

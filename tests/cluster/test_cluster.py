@@ -173,9 +173,12 @@ def test_verify_runs_against_the_live_pod(cluster: Cluster, release: dict[str, A
 
 
 def test_statefulset_completes(cluster: Cluster, release: dict[str, Any]) -> None:
-    """A StatefulSet with a headless Service: each pod's torchrun trains and exits 0."""
+    """A StatefulSet with a headless Service: each pod's torchrun trains and exits 0. Its
+    endpoint is pod 0's full DNS name: the pod spec carries only the short `host.sub` address,
+    so pod 0 knows itself by that name from its own resolv.conf (the namespace's zone)."""
     t0 = time.monotonic()
-    jobs.apply(cluster, jobs.statefulset(ON, "ddp-sts", image_ref(cluster, "train"), torch_sites()))
+    fqdn = f"ddp-sts-0.ddp-sts.{ON}.svc.cluster.local"
+    jobs.apply(cluster, jobs.statefulset(ON, "ddp-sts", image_ref(cluster, "train"), torch_sites(), endpoint_host=fqdn))
     deadline = time.monotonic() + 300
     texts: dict[str, str] = {}
     while time.monotonic() < deadline and len(texts) < 2:
@@ -192,9 +195,12 @@ def test_statefulset_completes(cluster: Cluster, release: dict[str, Any]) -> Non
     for name, text in sorted(texts.items()):
         fields = wrapper_fields(text)
         assert fields["launcher"] == "statefulset" and fields["local_addr"] == f"{name}.ddp-sts", fields
+        assert fields["endpoint"] == f"{fqdn}:{PORT}", fields
         hosts.append(fields["is_host"])
         assert len(re.findall(r"^DDP-OK rank=\d+ world=4 sum=10 ", text, re.M)) == jobs.NPROC, text[-3000:]
     assert sorted(hosts) == ["false", "true"], hosts
+    for p in pods(cluster, ON, "app=ddp-sts"):  # derived in the pod, not carried in its spec
+        assert "identities=" not in p["spec"]["containers"][0]["command"][1], p["spec"]["containers"][0]["command"]
     cluster.kubectl("delete", "statefulset", "ddp-sts", "-n", ON, "--wait=false")
 
 

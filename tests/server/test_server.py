@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import tls
+from app.core.wrap import settings_of
 from app.wrapper import rules
 from tests.server.conftest import ROOT, Server
 
@@ -238,8 +239,9 @@ def test_200_concurrent_reviews_all_correct(server: Server) -> None:
     for uid, resp in results:
         assert resp["uid"] == uid
         i = int(uid.split("-")[1])
-        env = {e["name"]: e.get("value") for e in patched(POD, resp)["spec"]["containers"][0]["env"]}
-        assert rules.unpack(env)["HOSTNET_RDMA_LOCAL_ADDR"] == f"ddp-vc-worker-{i}.ddp-vc"
+        settings = settings_of(patched(POD, resp)["spec"]["containers"][0])
+        assert settings is not None
+        assert rules.unpack({rules.ENV_POD: settings})["HOSTNET_RDMA_LOCAL_ADDR"] == f"ddp-vc-worker-{i}.ddp-vc"
 
 
 # ------------------------------------------------------------------ rotation and reload

@@ -2,7 +2,7 @@
 
 At CREATE the svc plugin has set hostname=<pod>, subdomain=<job>, and added
 VC_<TASK>_HOSTS / VC_<TASK>_NUM as configMapKeyRef env (values exist only at run time).
-The PodGroup name (`<job>-<uid>`) in `scheduling.k8s.io/group-name` is unique per job.
+The rendezvous id is the Job's UID (its PodGroup name `<job>-<uid>` when the pod names no owner).
 """
 
 from __future__ import annotations
