@@ -341,3 +341,26 @@ def test_admission_packs_the_settings_and_keeps_a_declared_name_in_step() -> Non
     # Only the declared ones: no other HOSTNET_RDMA_* entry (the settings are an argument).
     ours = sorted(k for k in env if k.startswith(rules.ENV_PREFIX))
     assert ours == sorted([rules.ENV_LOCAL_ADDR, rules.ENV_RDZV_ID]), ours
+
+
+@given(settings_=st.dictionaries(st.sampled_from(rules.PACKED), _SETTING_VALUE))
+def test_packed_settings_are_recognised_as_such(settings_: dict[str, str]) -> None:
+    assert rules.is_packed(rules.pack(settings_))
+
+
+def test_a_pod_wrapped_by_a_version_without_settings_is_wrapped_again_whole() -> None:
+    """Re-submitted from `kubectl get` after an upgrade, a command wrapped without settings
+    (the bootstrap, then the user's command) keeps every word of the user's command."""
+    from app import config
+    from app.core.wrap import BOOTSTRAP, BOOTSTRAP_PATH
+
+    image = Params(
+        config.from_dict({"wrapper": {"image": "r.example/hostnet-rdma:1", "delivery": "imageVolume"}}), "ns"
+    )
+    first = mutate(_pod([], ["torchrun", "t.py"]), image).pod["spec"]["containers"][0]["command"]
+    assert first[0] == BOOTSTRAP_PATH and first[2:] == ["torchrun", "t.py"], first
+    legacy = _pod([], [BOOTSTRAP_PATH, "torchrun", "t.py"])
+    assert mutate(legacy, image).pod["spec"]["containers"][0]["command"] == first
+    inline = mutate(_pod([], ["torchrun", "t.py"]), PARAMS).pod["spec"]["containers"][0]["command"]
+    legacy = _pod([], ["/bin/sh", "-c", BOOTSTRAP, "hostnet-rdma-bootstrap", "payload", "torchrun", "t.py"])
+    assert mutate(legacy, PARAMS).pod["spec"]["containers"][0]["command"] == inline

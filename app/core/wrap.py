@@ -24,8 +24,8 @@ from app.wrapper import rules
 
 Obj = dict[str, Any]
 
-# The bootstrap. $1 is the wrapper payload, $2 the settings, the rest is the original argv. It must run on
-# any image with sh + python3 and a read-only root filesystem: it writes only to BIN_DIR.
+# The bootstrap. $1 is the wrapper payload, $2 the settings, the rest is the original argv. It
+# must run on any image with sh + python3 and a read-only root filesystem: it writes only to BIN_DIR.
 # Without python3 it runs the original command unwrapped rather than failing the pod.
 # Kubernetes rewrites `$(NAME)` and `$$` in command/args, so neither appears below.
 _INSTALL = """import base64, json, os, sys, zlib
@@ -64,29 +64,33 @@ _TORCHRUN = re.compile(r"(^|[\s/;&|(`\"'])torchrun($|[\s;&|)`\"'])")
 _MODULE_RUN = re.compile(r"torch\.distributed\.(run|launch)\b")
 
 
-def _settings_index(cmd: Any) -> int | None:
-    """Where the settings are in a wrapped command (either delivery); the original command
-    follows them. None when the command is not wrapped."""
+def _parts(cmd: Any) -> tuple[str | None, list[Any]] | None:
+    """A wrapped command's settings and original command (either delivery); None when the
+    command is not wrapped. A command wrapped by a version that passed no settings (re-submitted
+    from `kubectl get`) has none: its original command follows the bootstrap directly."""
     if not isinstance(cmd, list) or not cmd:
         return None
-    if cmd[0] == BOOTSTRAP_PATH and len(cmd) >= 2:
-        return 1
-    if len(cmd) >= 6 and cmd[:2] == ["/bin/sh", "-c"] and cmd[3] == names.BOOTSTRAP_ARGV0:
-        return 5
-    return None
+    if cmd[0] == BOOTSTRAP_PATH:
+        start = 1
+    elif len(cmd) >= 5 and cmd[:2] == ["/bin/sh", "-c"] and cmd[3] == names.BOOTSTRAP_ARGV0:
+        start = 5
+    else:
+        return None
+    if start < len(cmd) and isinstance(cmd[start], str) and rules.is_packed(cmd[start]):
+        return cmd[start], cmd[start + 1 :]
+    return None, cmd[start:]
 
 
 def _unwrapped(cmd: Any) -> list[Any] | None:
     """The original command of a wrapped one (either delivery), None when it is not wrapped."""
-    i = _settings_index(cmd)
-    return None if i is None else cmd[i + 1 :]
+    parts = _parts(cmd)
+    return None if parts is None else parts[1]
 
 
 def settings_of(container: Obj) -> str | None:
     """The settings a wrapped container's bootstrap exports as HOSTNET_RDMA_POD, else None."""
-    cmd = container.get("command")
-    i = _settings_index(cmd)
-    return None if i is None or not isinstance(cmd, list) else str(cmd[i])
+    parts = _parts(container.get("command"))
+    return None if parts is None else parts[0]
 
 
 def is_wrapped(container: Obj) -> bool:

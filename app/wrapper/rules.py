@@ -76,6 +76,11 @@ def pack(settings: Mapping[str, str]) -> str:
     return ";".join(name[len(ENV_PREFIX) :].lower() + "=" + value for name, value in settings.items())
 
 
+def is_packed(value: str) -> bool:
+    """Whether a string is settings as pack() writes them ("" for none)."""
+    return all(part.partition("=")[0] in _PACKED_KEYS and "=" in part for part in value.split(";")) if value else True
+
+
 def unpack(env: Mapping[str, str], zone: str = "") -> Dict[str, str]:
     """A copy of env with HOSTNET_RDMA_POD spread into its HOSTNET_RDMA_* names. Those names
     set on their own are read too (pods from older versions, manual runs); the packed value

@@ -215,7 +215,7 @@ def test_volcano_c10d_completes(bed: Testbed, tmp_path: Path) -> None:
     l0, l1 = wrapper_line(runs[0]), wrapper_line(runs[1])
     assert "is_host=true local_addr=vc-worker-0.vc endpoint=vc-worker-0.vc:23456" in l0
     assert "is_host=false local_addr=vc-worker-1.vc" in l1
-    assert "rdzv_id=vc-3f0e1a2b nnodes=2" in l0
+    assert "rdzv_id=3f0e1a2b nnodes=2" in l0
     # Gloo was pinned to the veth that carries the pod's address, not 127.0.1.1.
     assert re.search(r"gloo_socket_ifname=v\w+a", l0) and re.search(r"gloo_socket_ifname=v\w+b", l1)
 
