@@ -196,6 +196,23 @@ def test_installed_bootstrap_without_python_runs_unwrapped_and_says_so(tmp_path:
     assert "no python3 in this image; torchrun runs without the wrapper" in p.stderr
 
 
+def test_installed_bootstrap_exports_the_settings_and_runs_an_older_spec_whole(tmp_path: Path) -> None:
+    """Its first argument is the settings, exported for the wrapper; a pod spec from a version
+    that passed none (a mutable image tag) starts with the command itself, run whole."""
+    from app.wrapper import install
+
+    install.install(tmp_path / "bin")
+    boot = str(tmp_path / "bin" / BOOTSTRAP_FILE)
+    show = ["/bin/sh", "-c", 'echo "[$HOSTNET_RDMA_POD]" "$@"', "sh", "ran"]
+    for argv, want in (
+        ([boot, "launcher=job;local_addr=a-0.a", *show], "[launcher=job;local_addr=a-0.a] ran"),
+        ([boot, "", *show], "[] ran"),
+        ([boot, *show], "[] ran"),  # no settings: /bin/sh is the command, not a setting
+    ):
+        p = subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0 and p.stdout.strip() == want, (argv, p.stdout, p.stderr)
+
+
 def test_the_core_starts_the_command_with_the_file_the_init_container_copies(tmp_path: Path) -> None:
     from app import config
     from app.core import Params, mutate

@@ -25,7 +25,10 @@ SHIM = '#!/bin/sh\nexec "${' + ENV_PYTHON + ':-python3}" "${0%/*}/py/hostnet_rdm
 # Without a python the wrapper cannot run: the command runs unwrapped, and says so.
 BOOTSTRAP = (
     "#!/bin/sh\n"
-    'd="${0%/*}"\n' + ENV_POD + '="$1"; export ' + ENV_POD + "; shift\n"
+    'd="${0%/*}"\n'
+    # The settings (key=value;…, or empty); a pod spec from a version that passed none starts
+    # with the command itself, which is run whole.
+    'case "$1" in *=* | "") ' + ENV_POD + '="$1"; export ' + ENV_POD + "; shift ;; esac\n"
     'p="$(command -v python3 || command -v python)"\n'
     'if [ -n "$p" ]; then\n'
     "  " + ENV_PYTHON + '="$p"; PATH="$d:$PATH"; PYTHONPATH="$d/py${PYTHONPATH:+:$PYTHONPATH}"\n'
