@@ -528,3 +528,27 @@ def test_gloo_interface_is_looked_up_after_the_dns_wait(monkeypatch: pytest.Monk
     extra_env, notes = w.checked(plan, env, None)
     assert extra_env == {"GLOO_SOCKET_IFNAME": "eth7"}, notes
     assert not any("left unset" in n for n in notes)
+
+
+def test_the_pods_identity_in_its_dns_zone_comes_from_its_resolv_conf(tmp_path: Path) -> None:
+    """What the kubelet writes for ClusterFirstWithHostNet: the namespace's zone first (the last
+    search/domain line wins, as in glibc). Without one, the address alone."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "resolv.conf").write_text(
+        "domain corp.example\nsearch old.example\n"
+        "search team-a.svc.cluster.local svc.cluster.local cluster.local corp.example\n"
+        "nameserver 10.96.0.10\noptions ndots:5\n"
+    )
+    assert w.search_domains(str(tmp_path)) == [
+        "team-a.svc.cluster.local",
+        "svc.cluster.local",
+        "cluster.local",
+        "corp.example",
+    ]
+    env = w.settings({"HOSTNET_RDMA_POD": "local_addr=j-worker-1.j", "HOSTNET_RDMA_SYSFS_ROOT": str(tmp_path)})
+    assert env["HOSTNET_RDMA_IDENTITIES"] == "j-worker-1.j.team-a.svc.cluster.local"
+    (etc / "resolv.conf").write_text("search corp.example\nnameserver 10.0.0.2\n")  # the node's own DNS
+    env = w.settings({"HOSTNET_RDMA_POD": "local_addr=j-worker-1.j", "HOSTNET_RDMA_SYSFS_ROOT": str(tmp_path)})
+    assert env["HOSTNET_RDMA_IDENTITIES"] == "j-worker-1.j"
+    assert w.search_domains(str(tmp_path / "nowhere")) == []
