@@ -73,7 +73,7 @@ def dns(pod: Obj, ctx: Context) -> StepOutcome:
         ctx.warn("dnsPolicy Default kept: pod DNS names of the job will not resolve from this pod")
         return "dnsPolicy Default set by the user"
     # Absent or ClusterFirst (the API default): on hostNetwork ClusterFirst means node DNS.
-    spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    spec["dnsPolicy"] = names.CLUSTER_DNS_POLICY
     return None
 
 

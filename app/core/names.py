@@ -37,6 +37,9 @@ INIT_CONTAINER = "hostnet-rdma-wrapper"
 IMAGE_WRAPPER_DIR = "/wrapper"
 BIN_DIR = "/hostnet-rdma"
 SHM_PATH = "/dev/shm"
+# The DNS policy the dns step sets: the pod resolves cluster names, and its resolv.conf
+# searches its namespace's zone first (the wrapper derives its identity from that).
+CLUSTER_DNS_POLICY = "ClusterFirstWithHostNet"
 
 # Env contract between the webhook and the in-container wrapper: defined once, in the
 # wrapper's rules module (it runs in users' images, so it cannot import the core).

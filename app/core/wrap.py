@@ -58,7 +58,6 @@ BOOTSTRAP = (
 # With the files from the image (imageVolume, initContainer) the bootstrap is in BIN_DIR
 # before the container starts: its command is this path, the settings, then the original argv.
 BOOTSTRAP_PATH = names.BIN_DIR + "/" + rules.BOOTSTRAP_FILE
-_CLUSTER_DNS = "ClusterFirstWithHostNet"
 
 _TORCHRUN = re.compile(r"(^|[\s/;&|(`\"'])torchrun($|[\s;&|)`\"'])")
 _MODULE_RUN = re.compile(r"torch\.distributed\.(run|launch)\b")
@@ -273,7 +272,11 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
     # every pod. A derived value that would be wrong is sent, empty if need be.
     spec = child(pod, "spec")
     namespace = ctx.params.namespace
-    zone = f"{namespace}.svc.{cfg.cluster_domain}" if namespace and spec.get("dnsPolicy") == _CLUSTER_DNS else ""
+    zone = (
+        f"{namespace}.svc.{cfg.cluster_domain}"
+        if namespace and spec.get("dnsPolicy") == names.CLUSTER_DNS_POLICY
+        else ""
+    )
     implied = rules.implied(owned, zone)
     owned = {k: v for k, v in owned.items() if (v and v != rules.DEFAULTS.get(k)) or k in implied}
     containers = spec.get("containers") or []
