@@ -56,10 +56,90 @@ def test_unparseable_argv_is_left_alone_and_said() -> None:
     assert plan.backend == "unparsed" and "not understood" in notes[0]
 
 
-def test_ip_endpoint_leaves_is_host_to_torchrun_and_warns() -> None:
+def _here(hostname: str = "node-1", addresses: tuple[str, ...] = ("127.0.0.1", "192.0.2.11", "fe80::1"),
+          names: dict[str, list[str]] | None = None) -> rules.Here:  # fmt: skip
+    """A node like the seed's: its own name resolves locally (to 127.0.1.1), others' do not."""
+    table = {"node-1": ["127.0.1.1"], **(names or {})}
+    return rules.Here(hostname, addresses, lambda name: table.get(name, []))
+
+
+def test_ip_endpoint_is_not_decided_at_admission_and_warned() -> None:
     args, plan = rules.merge(["--rdzv-endpoint=10.1.2.3:29400", "t.py"], VOLCANO_W1)
     assert plan.is_host is None and not any(a.startswith("--rdzv-conf") for a in args)
-    assert "IP address" in plan.endpoint_problem and "both would host" in plan.endpoint_problem
+    assert "names no pod" in plan.endpoint_problem and "both would try to host" in plan.endpoint_problem
+    assert not plan.fatal
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "is_host", "how"),
+    [
+        ("192.0.2.11:29400", "true", "192.0.2.11 is an address of this node"),
+        ("192.0.2.10:29400", "false", "192.0.2.10 is not an address of this node"),
+        ("[fe80:0::1]:29400", "true", "is an address of this node"),  # another spelling of the same v6
+        ("node-1:29400", "true", "node-1 is this node's host name"),
+        ("store.example:29400", "true", "resolves to 192.0.2.11, an address of this node"),
+        ("trainer-svc:29400", "false", "resolves to 192.0.2.10, not an address of this node"),
+    ],
+)
+def test_an_endpoint_that_names_no_pod_is_decided_by_this_nodes_addresses(
+    endpoint: str, is_host: str, how: str
+) -> None:
+    """torchrun itself compares such a host with gethostname() and what that resolves to
+    (127.0.1.1 here): on the seed's nodes nobody would host. The wrapper asks the node."""
+    node = _here(names={"store.example": ["192.0.2.11"], "trainer-svc": ["192.0.2.10"]})
+    args, plan = rules.merge([f"--rdzv-endpoint={endpoint}", "t.py"], VOLCANO_W1, node)
+    assert plan.is_host == is_host and f"--rdzv-conf=is_host={is_host}" in args
+    assert how in plan.endpoint_problem and "both would try to host" in plan.endpoint_problem
+    assert not plan.fatal
+
+
+def test_an_endpoint_that_resolves_nowhere_and_names_no_pod_refuses() -> None:
+    _, plan = rules.merge(["--rdzv-endpoint=node-0:29400", "t.py"], VOLCANO_W1, _here())
+    assert plan.is_host is None
+    assert "node-0 does not resolve on this node and names no pod of this job" in plan.fatal
+    assert "--rdzv-endpoint" in plan.fatal
+
+
+def test_a_pod_name_is_never_decided_by_address() -> None:
+    """Two pods of one job on one node share its address: the other pod's name stays false."""
+    node = _here(names={"j-worker-0.j": ["192.0.2.11"]})
+    _, plan = rules.merge(["--rdzv-endpoint=j-worker-0.j:1", "t.py"], VOLCANO_W1, node)
+    assert plan.is_host == "false" and not plan.endpoint_problem and not plan.fatal
+
+
+@pytest.mark.parametrize(
+    ("argv", "nnodes", "fatal"),
+    [
+        (["t.py"], "2", True),  # the launcher's count: two nodes
+        (["--nnodes=1", "t.py"], "1", False),  # said by the user: a one-node run on localhost
+        (["--nnodes=1:3", "t.py"], "1:3", True),
+        (["--standalone", "t.py"], "", False),
+    ],
+)
+def test_a_loopback_endpoint_refuses_when_the_job_has_several_nodes(argv: list[str], nnodes: str, fatal: bool) -> None:
+    _, plan = rules.merge(["--rdzv-endpoint=localhost:29400", *argv], VOLCANO_W1, _here())
+    assert plan.nnodes == nnodes
+    assert ("is loopback, but the job runs on several nodes" in plan.fatal) == fatal, plan.fatal
+
+
+def test_no_node_count_for_a_job_of_several_pods_refuses() -> None:
+    env = {**VOLCANO_W1, rules.ENV_LAUNCHER: "jobset", rules.ENV_NNODES: rules.NNODES_UNKNOWN}
+    _, plan = rules.merge(["t.py"], env, _here())
+    assert plan.nnodes == "?" and "--nnodes" not in " ".join(plan.added)
+    assert plan.fatal.startswith("--nnodes not given: this pod is one of a jobset job's several")
+    assert plan.fatal.endswith('hostnet-rdma.io/nnodes: "N"')
+    for argv in (["--nnodes=2", "t.py"], ["--nnodes=1", "t.py"]):
+        _, plan = rules.merge(argv, env, _here())
+        assert not plan.fatal and plan.nnodes == argv[0].split("=")[1]
+    _, plan = rules.merge(["t.py"], {**env, "PET_NNODES": "2"}, _here())
+    assert not plan.fatal and plan.nnodes == "2"
+    # A static rendezvous (MASTER_ADDR + node rank) is the user's: untouched.
+    _, plan = rules.merge(["--master-addr=a", "--node-rank=1", "t.py"], {**env, rules.ENV_RDZV_BACKEND: ""})
+    assert plan.backend == "static" and not plan.fatal
+
+
+def test_max_nodes() -> None:
+    assert [rules.max_nodes(v) for v in ("2", "1:4", " 3 ", "x", "", "2:y", "?")] == [2, 4, 3, 0, 0, 0, 0]
 
 
 @pytest.mark.parametrize(
@@ -191,7 +271,16 @@ def test_admission_fallback_reaches_the_wrappers_decision(pet: dict[str, str]) -
     pet_env = {e["name"]: e["value"] for e in fallback["env"] if e["name"].startswith("PET_")}
     # What torchrun sees in the uncaught container: its own PET_* env and no wrapper.
     _, by_torchrun = rules.merge(["t.py"], pet_env)
-    for field in ("backend", "endpoint", "local_addr", "rdzv_id", "is_host", "nnodes"):
+    fields = ["backend", "endpoint", "local_addr", "rdzv_id", "is_host", "nnodes"]
+    if by_wrapper.fatal:
+        # The wrapper would refuse (no node count for a job of several pods); the uncaught
+        # torchrun cannot be stopped: the pod's status annotation and a warning say so.
+        status = mutate(_pod(env, None), PARAMS).pod["metadata"]["annotations"]["hostnet-rdma.io/injected"]
+        assert "--nnodes not given" in status, status
+        fields.remove("nnodes")
+    if by_wrapper.endpoint_problem and by_wrapper.is_host is None:
+        fields.remove("is_host")  # decided in the pod by its node's addresses: nothing to set
+    for field in fields:
         assert getattr(by_torchrun, field) == getattr(by_wrapper, field), (field, pet)
 
 
@@ -306,9 +395,12 @@ def test_the_wrapper_works_from_what_admission_decided(pet: dict[str, str], dns:
     assert at_run_time[rules.ENV_PEERS] == f"{JOB}-*"
     _, by_wrapper = rules.merge(["t.py"], at_run_time)
     full = {**{e["name"]: e["value"] for e in env}, rules.ENV_LOCAL_ADDR: f"{JOB}-1.{JOB}", rules.ENV_RDZV_ID: "u-1",
-            rules.ENV_IDENTITIES: f"{JOB}-1.{JOB}.ns.svc.cluster.local", rules.ENV_PEERS: f"{JOB}-*"}  # fmt: skip
+            rules.ENV_IDENTITIES: f"{JOB}-1.{JOB}.ns.svc.cluster.local", rules.ENV_PEERS: f"{JOB}-*",
+            rules.ENV_LAUNCHER: "job"}  # fmt: skip
+    if "PET_NNODES" not in pet:
+        full[rules.ENV_NNODES] = rules.NNODES_UNKNOWN  # an Indexed Job implies no count
     _, at_admission = rules.merge(["t.py"], full)
-    fields = ("backend", "endpoint", "local_addr", "rdzv_id", "is_host", "nnodes", "endpoint_problem", "added")
+    fields = ("backend", "endpoint", "local_addr", "rdzv_id", "is_host", "nnodes", "endpoint_problem", "added", "fatal")
     assert [getattr(by_wrapper, f) for f in fields] == [getattr(at_admission, f) for f in fields]
 
 
@@ -331,7 +423,8 @@ def test_admission_packs_the_settings_and_keeps_a_declared_name_in_step() -> Non
     assert env[rules.ENV_LOCAL_ADDR] == f"{JOB}-1.{JOB}"  # declared: overwritten with ours, as before
     assert env[rules.ENV_RDZV_ID] == "u-1"
     settings_ = settings_of(c)
-    assert settings_ == "launcher=job", settings_  # all else declared, or derived in the pod
+    # All else declared, or derived in the pod; an Indexed Job implies no node count.
+    assert settings_ == "launcher=job;nnodes=?", settings_
     unpacked = _run_env(c)
     assert unpacked[rules.ENV_LOCAL_ADDR] == f"{JOB}-1.{JOB}" and unpacked[rules.ENV_LAUNCHER] == "job"
     assert (

@@ -432,6 +432,7 @@ def test_preflight_failure_exits_nonzero_before_exec(tmp_path: Path) -> None:
         "HOSTNET_RDMA_DNS_TIMEOUT": "0",
         "HOSTNET_RDMA_MIN_TORCH": "0",
         "HOSTNET_RDMA_LOCAL_ADDR": "nope.invalid",
+        "HOSTNET_RDMA_PEERS": "j-*",
     }
     p = run_wrapper(["train.py"], env)
     assert p.returncode == 1
@@ -479,8 +480,10 @@ def test_wrapper_is_python_3_8_grammar_before_and_after_minifying() -> None:
     # It travels in every pod spec with delivery inline: rules, fabric checks, wrapper, start-up
     # hook, compressed. A ratchet: 15,020 B once the identities expansion moved into the rules;
     # 15,320 with HOSTNET_RDMA_POD's unpacking (which takes ~230 B of env out of every pod);
-    # 15,810 with the derived settings and the resolv.conf zone (~150 B out of every pod).
-    assert len(payload()) < 15_900
+    # 15,810 with the derived settings and the resolv.conf zone (~150 B out of every pod);
+    # 17,260 with the run-time is_host for endpoints that name no pod and the refusals (their
+    # one-line causes are most of it).
+    assert len(payload()) < 17_400
 
 
 def test_minified_wrapper_behaves_like_the_source(tmp_path: Path) -> None:

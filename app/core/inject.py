@@ -25,6 +25,9 @@ class Context:
     profile: Profile
     training: list[int]  # indices into spec.containers that run training
     warnings: list[str] = field(default_factory=list)
+    # What will keep the job from training together (also warnings): the status annotation's
+    # `problems`, for whoever reads the pod rather than the admission warnings.
+    problems: list[str] = field(default_factory=list)
 
     def flag(self, annotation: str, default: bool) -> bool:
         """A boolean knob: the pod annotation if it is a clear true/false, else the default."""
@@ -42,6 +45,11 @@ class Context:
     def warn(self, message: str) -> None:
         if message not in self.warnings:
             self.warnings.append(message)
+
+    def problem(self, message: str) -> None:
+        self.warn(message)
+        if message not in self.problems:
+            self.problems.append(message)
 
 
 def _spec(pod: Obj) -> Obj:

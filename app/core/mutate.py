@@ -140,13 +140,15 @@ def training_containers(pod: Obj, config: InjectConfig) -> list[str]:
     return [pod["spec"]["containers"][i]["name"] for i in chosen]
 
 
-def _status(params: Params, info: LauncherInfo, profile: str, skipped: dict[str, str]) -> str:
+def _status(params: Params, info: LauncherInfo, profile: str, skipped: dict[str, str], problems: list[str]) -> str:
     # Describes the resulting state, not this pass's actions, so a second pass writes the
     # same value (idempotency) and reinvocation does not churn. Every step not in `skipped` is
     # in effect; `skipped` appears only when a step is (the common pod carries ~100 B less).
     status: dict[str, Any] = {"version": params.version, "launcher": info.launcher, "profile": profile}
     if skipped:
         status["skipped"] = skipped
+    if problems:
+        status["problems"] = problems
     return orjson.dumps(status, option=orjson.OPT_SORT_KEYS).decode()
 
 
@@ -217,7 +219,7 @@ def mutate(pod: Obj, params: Params) -> Result:
     annotations = meta.get("annotations")
     if not isinstance(annotations, dict):
         annotations = meta["annotations"] = {}
-    annotations[names.STATUS_ANNOTATION] = _status(params, info, profile.name, skipped)
+    annotations[names.STATUS_ANNOTATION] = _status(params, info, profile.name, skipped, ctx.problems)
     return Result(
         pod=out,
         changed=out != pod,

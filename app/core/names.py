@@ -24,6 +24,8 @@ ANN_RDZV_PORT = f"{DOMAIN}/rdzv-port"
 ANN_GLOO_IFNAME = f"{DOMAIN}/gloo-socket-ifname"
 ANN_NCCL_IFNAME = f"{DOMAIN}/nccl-socket-ifname"
 ANN_FABRIC_PREFLIGHT = f"{DOMAIN}/fabric-preflight"
+# The job's node count when torchrun is not told and the launcher does not imply it (`2`, `1:4`).
+ANN_NNODES = rules.ANN_NNODES
 
 # Volumes we add. The prefix lets a second pass recognise its own work.
 VOL_INFINIBAND = "hostnet-rdma-ib"

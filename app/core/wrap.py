@@ -19,6 +19,7 @@ from typing import Any
 
 from app.core import names, shwords
 from app.core.inject import Context, StepOutcome
+from app.core.launchers.base import env_names
 from app.core.podspec import Env, add_mount, add_volume, child, child_list, find_named
 from app.wrapper import rules
 
@@ -175,7 +176,9 @@ def _declared(c: Obj) -> set[str]:
 
 
 def _endpoint_check(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
-    """Warn at admission, as the wrapper will at run time, about an endpoint nobody can host."""
+    """Warn at admission, as the wrapper will say at run time, about an endpoint nobody can
+    host, and about what will make the wrapper refuse to start (when torchrun's arguments are
+    in the command: in a script they are known only at run time)."""
     args = torchrun_args(c)
     env = {**_literal_env(c), **owned}
     try:
@@ -184,6 +187,8 @@ def _endpoint_check(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
         return
     if plan.endpoint_problem and "$" not in plan.endpoint:
         ctx.warn(f"{c.get('name')}: {plan.endpoint_problem}")
+    if plan.fatal and args is not None:
+        ctx.problem(f"{c.get('name')}: wrapper will refuse: {plan.fatal}")
 
 
 def _pet_fallback(c: Obj, env: Env, ctx: Context, owned: dict[str, str]) -> None:
@@ -213,12 +218,16 @@ def _pet_fallback(c: Obj, env: Env, ctx: Context, owned: dict[str, str]) -> None
         f"{c.get('name')}: no command (its image entrypoint runs, unknown at admission), so torchrun is not "
         f"wrapped; it gets {', '.join(sorted(pets)) or 'no PET_* env'} instead"
     )
+    if plan.backend == "c10d" and plan.is_host is None and plan.endpoint_problem:
+        cannot.append("is_host (--rdzv-conf: the endpoint names no pod)")
     if cannot:
         text += f"; cannot set {', '.join(cannot)} (known only at run time): pass them on torchrun's command line"
     text += "; no preflight checks and no GLOO_SOCKET_IFNAME pinning. Give the container a command to be wrapped"
     ctx.warn(text)
     if plan.endpoint_problem:
         ctx.warn(f"{c.get('name')}: {plan.endpoint_problem}")
+    if plan.fatal:
+        ctx.problem(f"{c.get('name')}: not wrapped, cannot refuse: {plan.fatal}")
 
 
 def _fabric_mode(ctx: Context) -> str:
@@ -233,6 +242,29 @@ def _fabric_mode(ctx: Context) -> str:
         f"using {ctx.params.config.fabric_preflight}"
     )
     return ctx.params.config.fabric_preflight
+
+
+_NODE_COUNT = re.compile(r"[0-9]+(:[0-9]+)?")
+
+
+def _nnodes(pod: Obj, ctx: Context) -> str:
+    """The default --nnodes: the pod's annotation, else what the launcher implies, else for a
+    job of several pods "unknown" (the wrapper then refuses rather than train alone) unless the
+    containers carry torchrun's own PET_NNODES (the Training Operator and Trainer set it)."""
+    raw = ctx.annotations.get(names.ANN_NNODES)
+    if raw is not None:
+        if _NODE_COUNT.fullmatch(raw.strip()) and rules.max_nodes(raw) > 0:
+            return raw.strip()
+        ctx.warn(f"annotation {names.ANN_NNODES}={raw!r} is not a node count (N or MIN:MAX); ignored")
+    if ctx.info.nnodes:
+        return ctx.info.nnodes
+    if ctx.info.launcher in _SINGLE_POD_LAUNCHERS or "PET_NNODES" in env_names(pod):
+        return ""
+    return rules.NNODES_UNKNOWN
+
+
+# Launchers whose pods stand alone: nothing says they have siblings.
+_SINGLE_POD_LAUNCHERS = ("pod",)
 
 
 def wrap(pod: Obj, ctx: Context) -> StepOutcome:
@@ -260,7 +292,7 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         names.ENV_RDZV_ID: info.rdzv_id,
         names.ENV_RDZV_BACKEND: info.rdzv_backend,
         names.ENV_RDZV_ENDPOINT: info.rdzv_endpoint,
-        names.ENV_NNODES: info.nnodes,
+        names.ENV_NNODES: _nnodes(pod, ctx),
         names.ENV_GLOO_IFNAME: "1" if ctx.flag(names.ANN_GLOO_IFNAME, cfg.gloo_socket_ifname) else "0",
         names.ENV_NCCL_IFNAME: "1" if ctx.flag(names.ANN_NCCL_IFNAME, cfg.nccl_socket_ifname) else "0",
         names.ENV_DNS_TIMEOUT: str(cfg.dns_timeout_seconds),

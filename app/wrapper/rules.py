@@ -5,10 +5,14 @@ intercept, and what to warn about) and by the in-container wrapper at run time (
 torchrun gets), so the two can never disagree. No I/O: argv and env in, a decision out.
 
 Rules (backend c10d): --local-addr := this pod's DNS name; is_host := the endpoint's host is
-one of this pod's own DNS names (never the node's name or IP); --rdzv-id := unique job id when
-absent or `none`; endpoint/backend/nnodes := launcher defaults only when the user gave none.
-An endpoint given as an IP address is left to torchrun (it matches the node's addresses); an
-endpoint that names no pod of the job cannot be recognised by anyone, and is reported.
+one of this pod's own DNS names; --rdzv-id := unique job id when absent or `none`;
+endpoint/backend/nnodes := launcher defaults only when the user gave none. An endpoint that is
+no pod's DNS name (an IP address, the node's host name, a Service, an external name) is decided
+at run time by whether it is, or resolves to, one of this node's addresses (Here): torchrun's
+own test compares it with the node's host name and what that name resolves to (127.0.1.1 on
+common images), so left to torchrun nobody hosts the store. What cannot be decided safely is a
+refusal with a one-line cause (Plan.fatal): an endpoint that resolves nowhere, a loopback
+endpoint for several nodes, no node count for a job of several pods.
 etcd / etcd-v2: the same without is_host. static (--master-addr / --node-rank): untouched.
 A CLI flag always wins over its PET_* variable, as in torchrun itself.
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import re
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 # ---------------------------------------------------------------------------- contract
 # The file an init container installs beside the `torchrun` shim; the training container's
@@ -69,6 +73,12 @@ DEFAULTS = {
 }
 
 ETCD_BACKENDS = ("etcd", "etcd-v2")
+
+# HOSTNET_RDMA_NNODES when the pod is one of a job of several pods but nothing says how many:
+# torchrun's default (1) would make each pod train alone, so the wrapper refuses unless the
+# user gives --nnodes (or the pod annotation hostnet-rdma.io/nnodes).
+NNODES_UNKNOWN = "?"
+ANN_NNODES = "hostnet-rdma.io/nnodes"
 
 
 def pack(settings: Mapping[str, str]) -> str:
@@ -387,6 +397,48 @@ def expand_sum(template: str, env: Mapping[str, str]) -> Optional[str]:
 # ---------------------------------------------------------------------------- decision
 
 
+class Here:
+    """This node as the wrapper sees it at run time (admission has none: what depends on it is
+    decided in the pod). `resolve` gives a name's addresses, [] when it does not resolve (it
+    may wait, bounded: records of a headless Service appear late)."""
+
+    def __init__(self, hostname: str, addresses: Iterable[str], resolve: Callable[[str], List[str]]) -> None:
+        self.hostname = hostname.lower().rstrip(".")
+        self.addresses: FrozenSet[str] = frozenset(_normal_ip(a) for a in addresses)
+        self.resolve = resolve
+
+    def carries(self, host: str) -> Tuple[Optional[bool], str]:
+        """Whether `host` (an IP address or a name) is this node: (True | False, how we know),
+        or (None, why not) when the name does not resolve here."""
+        if is_ip(host):
+            mine = _normal_ip(host) in self.addresses
+            return mine, f"{host} is {'' if mine else 'not '}an address of this node"
+        if host == self.hostname or (self.hostname and host == self.hostname.split(".")[0]):
+            return True, f"{host} is this node's host name"
+        ips = [_normal_ip(ip) for ip in self.resolve(host)]
+        if not ips:
+            return None, f"{host} does not resolve on this node"
+        local = [ip for ip in ips if ip in self.addresses or is_loopback(ip)]
+        if local:
+            return True, f"{host} resolves to {local[0]}, an address of this node"
+        return False, f"{host} resolves to {', '.join(ips)}, not an address of this node"
+
+
+def _normal_ip(address: str) -> str:
+    """One spelling per address (IPv6 compressed, no zone index), so set lookups match."""
+    address = address.split("%", 1)[0]
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address.lower()
+
+
+def max_nodes(nnodes: str) -> int:
+    """The upper bound of torchrun's --nnodes (`2`, `1:4`); 0 when it is not a number."""
+    upper = nnodes.strip().rpartition(":")[2]
+    return int(upper) if upper.isascii() and upper.isdigit() else 0
+
+
 class Plan:
     """What the wrapper decided, for its log line and for the admission-time fallback."""
 
@@ -400,6 +452,9 @@ class Plan:
         self.notes: List[str] = []
         # Why no pod, or every pod on one node, would host the c10d store (also in notes).
         self.endpoint_problem = ""
+        # Why torchrun must not start at all (one line, what to set): the wrapper refuses,
+        # the webhook warns. "" when it may start.
+        self.fatal = ""
         # option -> value the wrapper supplied (not the user): what PET_* must carry when
         # nothing can intercept torchrun.
         self.added: Dict[str, str] = {}
@@ -407,9 +462,9 @@ class Plan:
         self.unexpanded: Dict[str, str] = {}
 
 
-def merge(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], Plan]:
-    """torchrun's argv after the rules; pure (env in, argv out). Raises ArgvError when torchrun
-    itself would reject the argv."""
+def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = None) -> Tuple[List[str], Plan]:
+    """torchrun's argv after the rules; pure (env in, argv out: `here` is what the wrapper sees
+    of the node, None at admission). Raises ArgvError when torchrun itself would reject the argv."""
     argv = Argv(args)
     plan = Plan()
     if argv.has("--help") or argv.has("--print-completion"):
@@ -447,7 +502,15 @@ def merge(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], Plan]
     plan.endpoint = endpoint or ""
 
     nnodes, _ = effective(argv, env, "--nnodes")
-    if nnodes is None and env.get(ENV_NNODES):
+    several = False  # the job has several pods, whatever torchrun is told
+    if nnodes is None and env.get(ENV_NNODES) == NNODES_UNKNOWN:
+        several = True
+        plan.fatal = (
+            f"--nnodes not given: this pod is one of a {env.get(ENV_LAUNCHER) or 'multi-pod'} job's several, and "
+            f"torchrun's default (1 node) would train it alone. Pass --nnodes=N or annotate the pod template "
+            f'{ANN_NNODES}: "N"'
+        )
+    elif nnodes is None and env.get(ENV_NNODES):
         template = env[ENV_NNODES]
         nnodes = expand_sum(template, env)
         if nnodes:
@@ -456,7 +519,9 @@ def merge(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], Plan]
         else:
             plan.unexpanded["--nnodes"] = template
             plan.notes.append("default --nnodes needs env that is not set: " + template)
-    plan.nnodes = nnodes or "1"
+            several = True  # a launcher that counts its pods at run time runs several
+    plan.nnodes = nnodes or ("?" if several else "1")
+    several = several or max_nodes(plan.nnodes) > 1
 
     rdzv_id, source = effective(argv, env, "--rdzv-id")
     wanted_id = env.get(ENV_RDZV_ID, "")
@@ -477,11 +542,11 @@ def merge(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], Plan]
     plan.local_addr = local_addr or ""
 
     if backend == "c10d":
-        _decide_is_host(argv, env, plan)
+        _decide_is_host(argv, env, plan, here, several)
     return argv.args, plan
 
 
-def _decide_is_host(argv: Argv, env: Mapping[str, str], plan: Plan) -> None:
+def _decide_is_host(argv: Argv, env: Mapping[str, str], plan: Plan, here: Optional[Here], several: bool) -> None:
     conf, source = effective(argv, env, "--rdzv-conf")
     pairs = parse_conf(conf or "")
     given = [v for k, v in pairs if k == "is_host"]
@@ -494,29 +559,47 @@ def _decide_is_host(argv: Argv, env: Mapping[str, str], plan: Plan) -> None:
         plan.notes.append("no rendezvous endpoint: is_host not set")
         return
     if is_loopback(host):
-        # A single-node job on localhost: torchrun already hosts the store itself.
-        plan.notes.append("loopback rendezvous endpoint: is_host left to torchrun")
-        return
-    if is_ip(host):
-        plan.endpoint_problem = (
-            f"rendezvous endpoint {host} is an IP address: is_host left to torchrun, which matches it against "
-            "this node's addresses; if two pods of this job share a node both would host the store. "
-            "Use a pod DNS name instead"
-        )
-        plan.notes.append(plan.endpoint_problem)
+        if several:
+            # Every node would host a store of its own on its loopback and wait for the others.
+            plan.fatal = plan.fatal or (
+                f"rendezvous endpoint {host} is loopback, but the job runs on several nodes: each would host its "
+                "own store and wait for the others. Point --rdzv-endpoint at the DNS name of one pod of the job"
+            )
+        else:
+            plan.notes.append("loopback rendezvous endpoint: is_host left to torchrun")
         return
     if not identities:
         return  # not a pod the webhook described: nothing to match against
-    own = is_own_endpoint(plan.endpoint, identities)
-    if not own and not names_a_pod(host, identities, split_list(env.get(ENV_PEERS, ""))):
-        plan.endpoint_problem = (
-            f"rendezvous endpoint {host} names no pod of this job (a Service or another name?): no pod can "
-            "recognise itself as the c10d store host and the job will fail to rendezvous. Point "
-            "--rdzv-endpoint at the DNS name of one pod of the job"
-        )
+    peers = split_list(env.get(ENV_PEERS, ""))
+    if host in identities:
+        is_host = "true"
+    elif not is_ip(host) and names_a_pod(host, identities, peers):
+        is_host = "false"  # another pod of the job, by its DNS name (never by address)
+    else:
+        # An IP address, the node's host name, a Service or another name: no pod is named, so
+        # the node that carries the address hosts. torchrun's own test would compare it with the
+        # node's host name, and what that resolves to (127.0.1.1 on common images): nobody.
+        shared = "if two pods of this job run on one node, both would try to host the store (use a pod DNS name)"
+        if here is None:
+            plan.endpoint_problem = (
+                f"rendezvous endpoint {host} names no pod of this job: the wrapper makes the pod on the node "
+                f"that carries its address the store host; {shared}"
+            )
+            plan.notes.append(plan.endpoint_problem)
+            return
+        mine, how = here.carries(host)
+        if mine is None:
+            plan.fatal = plan.fatal or (
+                f"rendezvous endpoint {how} and names no pod of this job: no pod can tell it hosts the store "
+                "(another node's host name? those often resolve only on the node itself). Point "
+                "--rdzv-endpoint at the DNS name of one pod of the job"
+            )
+            return
+        is_host = "true" if mine else "false"
+        plan.endpoint_problem = f"rendezvous endpoint names no pod of this job; is_host={is_host}: {how}; {shared}"
         plan.notes.append(plan.endpoint_problem)
-    plan.is_host = "true" if own else "false"
-    merged = ",".join(f"{k}={v}" for k, v in [*pairs, ("is_host", plan.is_host)])
+    plan.is_host = is_host
+    merged = ",".join(f"{k}={v}" for k, v in [*pairs, ("is_host", is_host)])
     plan.added["--rdzv-conf"] = merged
     if source == "cli":
         argv.replace("--rdzv-conf", merged)

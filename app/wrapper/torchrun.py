@@ -289,10 +289,28 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
-def plan_for(args: Sequence[str], env: Mapping[str, str]) -> Tuple[List[str], rules.Plan]:
+def here(env: Mapping[str, str], wait: bool = True) -> rules.Here:
+    """This node for the rules: its host name, its interfaces' addresses, and a resolver that
+    waits (up to the DNS timeout) for a name to appear, as the DNS preflight does."""
+    timeout = float(env.get(rules.ENV_DNS_TIMEOUT) or rules.DEFAULTS[rules.ENV_DNS_TIMEOUT]) if wait else 0.0
+
+    def resolve_waiting(name: str) -> List[str]:
+        try:
+            wait_resolvable(name, timeout, "the rendezvous endpoint host")
+            return resolve(name)
+        except (PreflightError, OSError):
+            return []
+
+    addresses = [ip for ips in interface_addresses().values() for ip in ips]
+    return rules.Here(socket.gethostname(), addresses, resolve_waiting)
+
+
+def plan_for(
+    args: Sequence[str], env: Mapping[str, str], node: Optional[rules.Here] = None
+) -> Tuple[List[str], rules.Plan]:
     """The final argv and the decision (its notes are logged with the summary)."""
     try:
-        new_args, plan = merge(args, env)
+        new_args, plan = merge(args, env, node)
         return list(new_args), plan
     except ArgvError as e:
         plan = rules.Plan()
@@ -305,6 +323,8 @@ def checked(plan: rules.Plan, env: Mapping[str, str], interpreter: Optional[str]
     """Preflight (which waits for this pod's DNS name), then GLOO_SOCKET_IFNAME from the
     interface that name resolves to. In this order: looked up before its DNS record exists, the
     name does not resolve, gloo is left to bind 127.0.1.1, and every peer's connect is refused."""
+    if plan.fatal:
+        raise PreflightError(plan.fatal + ". " + _see("The wrapper refuses to start"))
     if plan.backend not in ("help", "standalone", "unparsed"):
         fabric_preflight(plan, env)
         preflight(plan, env, interpreter)
@@ -316,6 +336,14 @@ def _report(plan: rules.Plan, env: Mapping[str, str], extra_env: Dict[str, str],
     log(rules.summary(plan, env, extra_env.get("GLOO_SOCKET_IFNAME", env.get("GLOO_SOCKET_IFNAME", "-"))))
     for note in notes:
         log(f"warning: {note}")
+
+
+def refuse(plan: rules.Plan, env: Mapping[str, str], error: PreflightError) -> None:
+    """The log line of a torchrun that will not start: the decision so far (a refusal by the
+    rules has one), its notes, then the cause."""
+    if plan.fatal:
+        _report(plan, env, {}, plan.notes)
+    log(f"error: {error}")
 
 
 def fabric_preflight(plan: rules.Plan, env: Mapping[str, str]) -> None:
@@ -345,6 +373,8 @@ def _dry_run(new_args: List[str], plan: rules.Plan, env: Mapping[str, str]) -> N
     (no DNS wait: the interface is looked up with whatever resolves now)."""
     extra_env, notes = socket_ifnames(plan, env)
     _report(plan, env, extra_env, plan.notes + notes)
+    if plan.fatal:
+        log(f"error: {plan.fatal}")
     try:
         fabric_preflight(plan, env)
     except PreflightError as e:
@@ -356,8 +386,9 @@ def _dry_run(new_args: List[str], plan: rules.Plan, env: Mapping[str, str]) -> N
 def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
     """The PATH shim's entry: decide, check, then exec the real torchrun."""
     env = settings(os.environ if env is None else env)
-    new_args, plan = plan_for(args, env)
-    if truthy(env.get(rules.ENV_DRY_RUN)):
+    dry = truthy(env.get(rules.ENV_DRY_RUN))
+    new_args, plan = plan_for(args, env, here(env, wait=not dry))
+    if dry:
         _dry_run(new_args, plan, env)
         return 0
     real = find_real_torchrun(env)
@@ -367,7 +398,7 @@ def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
     try:
         extra_env, notes = checked(plan, env, interpreter_of(real))
     except PreflightError as e:
-        log(f"error: {e}")
+        refuse(plan, env, e)
         return 1
     _report(plan, env, extra_env, notes)
     env.update(extra_env)
@@ -382,14 +413,15 @@ def intercept(argv: List[str]) -> None:
     path, another PATH, a login shell, `python -m torch.distributed.run`): rewrite its argv in
     place before torchrun parses it. Exits the process on a preflight failure or a dry run."""
     env = settings(os.environ)
-    new_args, plan = plan_for(argv[1:], env)
-    if truthy(env.get(rules.ENV_DRY_RUN)):
+    dry = truthy(env.get(rules.ENV_DRY_RUN))
+    new_args, plan = plan_for(argv[1:], env, here(env, wait=not dry))
+    if dry:
         _dry_run(new_args, plan, env)
         os._exit(0)
     try:
         extra_env, notes = checked(plan, env, sys.executable)
     except PreflightError as e:
-        log(f"error: {e}")
+        refuse(plan, env, e)
         sys.stderr.flush()
         os._exit(1)
     _report(plan, env, extra_env, notes)
