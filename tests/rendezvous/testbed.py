@@ -4,8 +4,10 @@ Each node is a network namespace (one veth pair links them) plus a UTS namespace
 its own host name. Each node's /etc/hosts (ip netns exec bind-mounts /etc/netns/<ns>/hosts)
 maps its own name to 127.0.1.1, as Ubuntu nodes do, does NOT know the other node's name,
 and maps the job's pod DNS names to the nodes' addresses, as cluster DNS with
-ClusterFirstWithHostNet would. resolv.conf points at a closed loopback port, so unknown
-names fail at once instead of timing out. All traffic stays inside namespaces we made.
+ClusterFirstWithHostNet would. resolv.conf searches the namespace's zone first, as the kubelet
+writes it for ClusterFirstWithHostNet (the wrapper derives a pod's full DNS name from it), and
+points at a closed loopback port, so unknown names fail at once instead of timing out. All
+traffic stays inside namespaces we made.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from pathlib import Path
 
 # TEST-NET-1 (RFC 5737): documentation range, never routed; lives only on our veth pair.
 SUBNET = "192.0.2"
+# The pods' namespace and its DNS zone, as the kubelet puts it first in a pod's search list.
+NAMESPACE = "default"
+ZONE = f"{NAMESPACE}.svc.cluster.local"
 
 
 def available() -> str | None:
@@ -87,7 +92,9 @@ class Testbed:
             d = self.etc(node)
             d.mkdir(parents=True, exist_ok=True)
             (d / "hosts").write_text("\n".join(lines) + "\n")
-            (d / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+            (d / "resolv.conf").write_text(
+                f"search {ZONE} svc.cluster.local cluster.local\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+            )
 
     def add_pod(self, node: Node, *dns_names: str) -> None:
         node.pods.extend(dns_names)
