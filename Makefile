@@ -13,8 +13,9 @@ STAMP := $(VENV)/.installed
 setup: $(STAMP)
 
 # --system-site-packages: reuse a machine-wide torch if there is one (it is large).
-# HOSTNET_RDMA_PURE=1: plain Python for development (edits take effect); the image compiles the
-# core with mypyc (setup.py), and `make test` checks the compiled build too.
+# An editable install is plain Python (edits take effect; setup.py compiles wheels only);
+# HOSTNET_RDMA_PURE=1 says so for older checkouts. The image compiles the core with mypyc, and
+# `make test` checks the compiled build too (scripts/testenv/build-compiled.sh).
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip

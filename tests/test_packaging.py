@@ -1,0 +1,61 @@
+"""How contributors install the project: `pip install -e .` (no HOSTNET_RDMA_PURE) stays plain
+Python, and leaves nothing in `git status`. Compiled in place, the core's extension modules
+would sit beside the sources and be imported instead of them: edits would have no effect."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.timeout(300)
+def test_an_editable_install_is_plain_python_and_leaves_git_status_clean(tmp_path: Path) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in _git(ROOT, "ls-files").splitlines():
+        if (ROOT / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, tree / name)
+    _git(tree, "init", "-q")
+    _git(tree, "add", "-A")
+    _git(tree, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "tree")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    env_py = venv / "bin" / "python"
+    # No build isolation: the build requirements (setuptools, mypy for mypyc) are those of this
+    # test environment, so nothing is downloaded; HOSTNET_RDMA_PURE is not set.
+    env = {k: v for k, v in os.environ.items() if k != "HOSTNET_RDMA_PURE"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p.endswith("site-packages"))
+    p = subprocess.run(
+        [str(env_py), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e", str(tree)],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    built = sorted(str(x.relative_to(tree)) for x in tree.rglob("*") if x.suffix in (".so", ".pyd"))
+    assert built == [], built
+    assert not (tree / "build").exists()  # mypyc's generated C sources go there
+    assert _git(tree, "status", "--porcelain") == ""
+    # And Python imports the sources of that tree. The dependencies come from this test
+    # environment, appended after start-up: on PYTHONPATH, this repository's own editable
+    # finder module (same name) would shadow the tree's.
+    code = (
+        "import importlib, sys; sys.path.extend(sys.argv[1:]); "
+        "print(importlib.import_module('app.core.mutate').__file__)"
+    )
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    clean = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    where = subprocess.run([str(env_py), "-c", code, *deps], capture_output=True, text=True, cwd=tmp_path, env=clean)
+    assert where.stdout.strip() == str(tree / "app" / "core" / "mutate.py"), where.stderr[-2000:]
