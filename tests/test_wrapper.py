@@ -482,8 +482,8 @@ def test_wrapper_is_python_3_8_grammar_before_and_after_minifying() -> None:
     # 15,320 with HOSTNET_RDMA_POD's unpacking (which takes ~230 B of env out of every pod);
     # 15,810 with the derived settings and the resolv.conf zone (~150 B out of every pod);
     # 17,260 with the run-time is_host for endpoints that name no pod and the refusals (their
-    # one-line causes are most of it).
-    assert len(payload()) < 17_400
+    # one-line causes are most of it); 17,450 with the termination message.
+    assert len(payload()) < 17_550
 
 
 def test_minified_wrapper_behaves_like_the_source(tmp_path: Path) -> None:
@@ -555,3 +555,45 @@ def test_the_pods_identity_in_its_dns_zone_comes_from_its_resolv_conf(tmp_path: 
     env = w.settings({"HOSTNET_RDMA_POD": "local_addr=j-worker-1.j", "HOSTNET_RDMA_SYSFS_ROOT": str(tmp_path)})
     assert env["HOSTNET_RDMA_IDENTITIES"] == "j-worker-1.j"
     assert w.search_domains(str(tmp_path / "nowhere")) == []
+
+
+def test_a_refusal_is_the_containers_termination_message(tmp_path: Path) -> None:
+    """`kubectl describe pod` shows the container's termination message: the wrapper writes
+    its one-line cause into the file the kubelet mounted (here a path the webhook passed on)."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "torchrun").write_text(f"#!{sys.executable}\nprint('SHOULD NOT RUN')\n")
+    (fake_bin / "torchrun").chmod(0o755)
+    message = tmp_path / "termination-log"
+    message.write_text("")  # the kubelet creates it; the wrapper never does
+    env = {**VOLCANO, "PATH": f"{fake_bin}:{os.environ['PATH']}", "HOSTNET_RDMA_MIN_TORCH": "0",
+           "HOSTNET_RDMA_RDZV_ENDPOINT": "localhost:29400",
+           "HOSTNET_RDMA_POD": f"termination_log={message}"}  # fmt: skip
+    p = run_wrapper(["train.py"], env)
+    assert p.returncode == 1 and "SHOULD NOT RUN" not in p.stdout
+    cause = "rendezvous endpoint localhost is loopback, but the job runs on several nodes"
+    assert f"hostnet-rdma: error: {cause}" in p.stderr
+    assert message.read_text().startswith(f"hostnet-rdma: {cause}")
+    assert "\n" not in message.read_text().strip()
+    # No file, no message (outside a pod): nothing is created.
+    missing = tmp_path / "absent"
+    p = run_wrapper(["train.py"], {**env, "HOSTNET_RDMA_POD": f"termination_log={missing}"})
+    assert p.returncode == 1 and not missing.exists()
+
+
+def test_the_webhook_passes_a_non_default_termination_message_path() -> None:
+    from app.core import InjectConfig, Params, mutate
+    from app.core.wrap import settings_of
+
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p-0", "namespace": "ns", "labels": {"batch.kubernetes.io/job-completion-index": "0"}},
+        "spec": {"hostname": "p-0", "subdomain": "p", "hostNetwork": True, "containers": [
+            {"name": "a", "image": "i", "command": ["torchrun", "t.py"], "terminationMessagePath": "/tmp/why"},
+            {"name": "b", "image": "i", "command": ["torchrun", "t.py"], "terminationMessagePath": "/dev/termination-log"},
+        ]},
+    }  # fmt: skip
+    params = Params(InjectConfig(), "ns", "payload", "test")
+    a, b = mutate(pod, params).pod["spec"]["containers"]
+    assert "termination_log=/tmp/why" in (settings_of(a) or "")
+    assert "termination_log" not in (settings_of(b) or "")

@@ -61,6 +61,7 @@ ENV_MIN_TORCH = rules.ENV_MIN_TORCH
 ENV_DRY_RUN = rules.ENV_DRY_RUN
 ENV_FABRIC_PREFLIGHT = rules.ENV_FABRIC_PREFLIGHT
 ENV_POD = rules.ENV_POD
+ENV_TERMINATION_LOG = rules.ENV_TERMINATION_LOG
 FABRIC_PREFLIGHT_MODES = ("warn", "strict", "off")
 
 # Marker argv[0] of the bootstrap shell, so a second pass sees the container is wrapped.

@@ -244,6 +244,7 @@ def _fabric_mode(ctx: Context) -> str:
     return ctx.params.config.fabric_preflight
 
 
+TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
 _NODE_COUNT = re.compile(r"[0-9]+(:[0-9]+)?")
 
 
@@ -319,7 +320,11 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         # One packed setting; a name the container already declares keeps getting our value
         # under that name too (so the two never disagree), as does a value with a ";".
         packed: dict[str, str] = {}
-        for key, value in owned.items():
+        # The wrapper writes why it refuses to start where the kubelet reads the container's
+        # termination message: sent only for a path other than the kubelet's default.
+        path = c.get("terminationMessagePath")
+        mine = {names.ENV_TERMINATION_LOG: path} if isinstance(path, str) and path != TERMINATION_LOG else {}
+        for key, value in {**owned, **mine}.items():
             if env.get(key) is not None or ";" in value:
                 env.set_owned(key, value)
             elif implied.get(key) != value:

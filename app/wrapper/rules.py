@@ -50,6 +50,9 @@ ENV_PYTHON = "HOSTNET_RDMA_PYTHON"
 ENV_FABRIC_PREFLIGHT = "HOSTNET_RDMA_FABRIC_PREFLIGHT"
 # Where /sys and /proc are read from (tests and `doctor --sysfs-root`); default "/".
 ENV_SYSFS_ROOT = "HOSTNET_RDMA_SYSFS_ROOT"
+# Where the wrapper writes why it refused to start (the container's terminationMessagePath,
+# set by the webhook only when the container names another path than /dev/termination-log).
+ENV_TERMINATION_LOG = "HOSTNET_RDMA_TERMINATION_LOG"
 # Set by the wrapper on the process it execs, so the start-up hook does not handle it twice.
 ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
 # What the webhook decided for the pod, in one variable: `key=value` pairs joined by ";", each
@@ -59,6 +62,7 @@ ENV_POD = "HOSTNET_RDMA_POD"
 PACKED = (
     ENV_LAUNCHER, ENV_LOCAL_ADDR, ENV_IDENTITIES, ENV_PEERS, ENV_RDZV_ID, ENV_RDZV_BACKEND, ENV_RDZV_ENDPOINT,
     ENV_NNODES, ENV_GLOO_IFNAME, ENV_NCCL_IFNAME, ENV_DNS_TIMEOUT, ENV_MIN_TORCH, ENV_FABRIC_PREFLIGHT,
+    ENV_TERMINATION_LOG,
 )  # fmt: skip
 _PACKED_KEYS = {name[len(ENV_PREFIX) :].lower(): name for name in PACKED}
 

@@ -344,6 +344,27 @@ def refuse(plan: rules.Plan, env: Mapping[str, str], error: PreflightError) -> N
     if plan.fatal:
         _report(plan, env, {}, plan.notes)
     log(f"error: {error}")
+    termination_message(f"{PREFIX}: {error}", env)
+
+
+# The kubelet's default terminationMessagePath: what it reads into the container's status
+# (`kubectl describe pod`: Last State ... Message) when the container ends.
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_MAX = 4096  # the kubelet keeps at most this much of it
+
+
+def termination_message(message: str, env: Mapping[str, str]) -> None:
+    """The cause of a refusal where `kubectl describe pod` shows it, besides the log. Only into
+    the file the kubelet mounted (never created: outside a pod there is none)."""
+    path = env.get(rules.ENV_TERMINATION_LOG) or TERMINATION_LOG
+    if not os.path.isfile(path):
+        return
+    data = message.encode("utf-8", "replace")[:TERMINATION_MAX]
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError:
+        pass  # the log line is there; a read-only or vanished file must not hide it
 
 
 def fabric_preflight(plan: rules.Plan, env: Mapping[str, str]) -> None:
