@@ -482,8 +482,9 @@ def test_wrapper_is_python_3_8_grammar_before_and_after_minifying() -> None:
     # 15,320 with HOSTNET_RDMA_POD's unpacking (which takes ~230 B of env out of every pod);
     # 15,810 with the derived settings and the resolv.conf zone (~150 B out of every pod);
     # 17,260 with the run-time is_host for endpoints that name no pod and the refusals (their
-    # one-line causes are most of it); 17,450 with the termination message.
-    assert len(payload()) < 17_550
+    # one-line causes are most of it); 17,450 with the termination message; 17,620 with the
+    # bind test for addresses.
+    assert len(payload()) < 17_700
 
 
 def test_minified_wrapper_behaves_like_the_source(tmp_path: Path) -> None:
@@ -597,3 +598,13 @@ def test_the_webhook_passes_a_non_default_termination_message_path() -> None:
     a, b = mutate(pod, params).pod["spec"]["containers"]
     assert "termination_log=/tmp/why" in (settings_of(a) or "")
     assert "termination_log" not in (settings_of(b) or "")
+
+
+def test_the_node_carries_an_address_it_can_bind() -> None:
+    from app.wrapper import torchrun as w
+
+    assert w.can_bind("127.0.0.1")
+    assert not w.can_bind("192.0.2.123")  # TEST-NET-1: on no interface here
+    node = w.here({}, wait=False)
+    assert node.carries("127.0.0.1")[0] is True and node.carries("192.0.2.123")[0] is False
+    assert node.carries(node.hostname)[0] is True

@@ -406,23 +406,35 @@ class Here:
     decided in the pod). `resolve` gives a name's addresses, [] when it does not resolve (it
     may wait, bounded: records of a headless Service appear late)."""
 
-    def __init__(self, hostname: str, addresses: Iterable[str], resolve: Callable[[str], List[str]]) -> None:
+    def __init__(
+        self,
+        hostname: str,
+        addresses: Iterable[str],
+        resolve: Callable[[str], List[str]],
+        binds: Optional[Callable[[str], bool]] = None,
+    ) -> None:
         self.hostname = hostname.lower().rstrip(".")
         self.addresses: FrozenSet[str] = frozenset(_normal_ip(a) for a in addresses)
         self.resolve = resolve
+        # Whether a socket can bind the address: the kernel's own answer, for the addresses an
+        # interface listing misses (secondary ones).
+        self.binds = binds
+
+    def is_mine(self, ip: str) -> bool:
+        return ip in self.addresses or (self.binds is not None and self.binds(ip))
 
     def carries(self, host: str) -> Tuple[Optional[bool], str]:
         """Whether `host` (an IP address or a name) is this node: (True | False, how we know),
         or (None, why not) when the name does not resolve here."""
         if is_ip(host):
-            mine = _normal_ip(host) in self.addresses
+            mine = self.is_mine(_normal_ip(host))
             return mine, f"{host} is {'' if mine else 'not '}an address of this node"
         if host == self.hostname or (self.hostname and host == self.hostname.split(".")[0]):
             return True, f"{host} is this node's host name"
         ips = [_normal_ip(ip) for ip in self.resolve(host)]
         if not ips:
             return None, f"{host} does not resolve on this node"
-        local = [ip for ip in ips if ip in self.addresses or is_loopback(ip)]
+        local = [ip for ip in ips if is_loopback(ip) or self.is_mine(ip)]
         if local:
             return True, f"{host} resolves to {local[0]}, an address of this node"
         return False, f"{host} resolves to {', '.join(ips)}, not an address of this node"

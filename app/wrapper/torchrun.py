@@ -302,7 +302,19 @@ def here(env: Mapping[str, str], wait: bool = True) -> rules.Here:
             return []
 
     addresses = [ip for ips in interface_addresses().values() for ip in ips]
-    return rules.Here(socket.gethostname(), addresses, resolve_waiting)
+    return rules.Here(socket.gethostname(), addresses, resolve_waiting, can_bind)
+
+
+def can_bind(ip: str) -> bool:
+    """Whether this node carries the address: only a local address can be bound (port 0: any
+    free port, released at once)."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((ip, 0))
+    except OSError:
+        return False
+    return True
 
 
 def plan_for(
