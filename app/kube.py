@@ -27,20 +27,32 @@ from app import tls
 log = logging.getLogger("hostnet_rdma.certs")
 
 # Callers catch this without importing the client themselves (tests/test_contracts.py).
-__all__ = ["ApiException", "SelfManagedCerts", "api_client", "excluded_namespaces", "namespace_labels", "pod_log",
-           "read_pod"]  # fmt: skip
+__all__ = ["ApiException", "SelfManagedCerts", "api_client", "context_namespace", "excluded_namespaces",
+           "namespace_labels", "pod_log", "read_pod"]  # fmt: skip
 
 CA_KEY = "ca.key"
 
 
-def api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """In-cluster credentials in a pod; otherwise KUBECONFIG / ~/.kube/config."""
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
+    """In-cluster credentials in a pod; otherwise KUBECONFIG / ~/.kube/config (that context,
+    else its current one), as kubectl reads them."""
+    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config()  # type: ignore[no-untyped-call]
         return client.ApiClient()
     cfg = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)  # type: ignore[no-untyped-call]
     return client.ApiClient(cfg)
+
+
+def context_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
+    """The namespace of that kubeconfig context (kubectl's default for -n), "" if it names none
+    or there is no kubeconfig (in a pod)."""
+    try:
+        contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    except (config.ConfigException, OSError):
+        return ""
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "")
 
 
 def _b64(data: bytes) -> str:

@@ -99,3 +99,28 @@ def test_not_hostnetwork_unchanged() -> None:
     p = cli("mutate", "-f", str(ROOT / "tests/golden/generic/not-hostnetwork.yaml"), "-o", "patch")
     assert p.returncode == 0 and json.loads(p.stdout) == []
     assert "unchanged: not a hostNetwork pod" in p.stderr
+
+
+def _plugin(*words: str) -> subprocess.CompletedProcess[str]:
+    """The installed kubectl plugin executable, as kubectl runs it (the words after its name)."""
+    exe = Path(sys.executable).parent / "kubectl-hostnet_rdma"
+    assert exe.exists(), "the package installs kubectl-hostnet_rdma"
+    return subprocess.run([str(exe), *words], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def test_the_kubectl_plugin_takes_kubectls_flags_anywhere() -> None:
+    plain = cli("mutate", "-f", str(POD), "-n", "team-a", "-o", "json")
+    for words in (["-n", "team-a", "mutate", "-f", str(POD), "-o", "json"],
+                  ["mutate", "-f", str(POD), "-o", "json", "--namespace=team-a"]):  # fmt: skip
+        p = _plugin(*words)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout) == json.loads(plain.stdout)
+    # A flag a command has no use for is an error, not silently dropped.
+    p = _plugin("--context", "prod", "mutate", "-f", str(POD))
+    assert p.returncode == 2 and "mutate does not read the cluster: --context does not apply" in p.stderr
+    # Serving the webhook is not a kubectl job; no command prints the usage.
+    assert _plugin("serve").returncode == 2
+    p = _plugin()
+    assert p.returncode == 0 and "usage: kubectl hostnet-rdma {explain,verify,mutate,doctor}" in p.stderr
+    p = _plugin("verify", "--help")
+    assert p.returncode == 0 and "usage: kubectl hostnet-rdma verify" in p.stdout and "--context" in p.stdout

@@ -5,6 +5,10 @@ mutate   print a pod file exactly as the webhook would change it
 explain  why a pod was, or would be, mutated or not
 verify   check a training pod's log: NCCL over IB with GDRDMA, the wrapper's line
 doctor   check a node's RDMA fabric against an NCCL profile
+
+As a kubectl plugin (the `kubectl-hostnet_rdma` executable this package installs):
+`kubectl hostnet-rdma explain|mutate|verify|doctor ...`, with kubectl's --kubeconfig, --context
+and -n/--namespace anywhere on the line.
 """
 
 # One module per command (app/cli/<command>.py, each with register() and its cmd_ function);
@@ -20,8 +24,8 @@ from app.cli import doctor, explain, mutate, serve, verify
 COMMANDS = (serve, mutate, explain, verify, doctor)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hostnet-rdma", description=__doc__,
+def build_parser(prog: str = "hostnet-rdma") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--version", action="version", version=f"hostnet-rdma {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -32,5 +36,43 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+# What the kubectl plugin offers (serving the webhook is not a kubectl job), and which of
+# kubectl's global flags each command takes.
+PLUGIN_COMMANDS = {"explain": ("-n", "--kubeconfig", "--context"), "verify": ("-n", "--kubeconfig", "--context"),
+                   "mutate": ("-n",), "doctor": ()}  # fmt: skip
+
+
+def kubectl_main(argv: list[str] | None = None) -> int:
+    """`kubectl hostnet-rdma ...`: kubectl runs the executable `kubectl-hostnet_rdma` found on
+    PATH (its plugin convention: `_` in the file name is `-` in the command) with the words
+    after `hostnet-rdma`. kubectl's global flags may stand anywhere on that line, as users type
+    them for kubectl itself; they are handed to the command that uses them."""
+    import sys
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    flags = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    flags.add_argument("-n", "--namespace")
+    flags.add_argument("--kubeconfig")
+    flags.add_argument("--context")
+    given, rest = flags.parse_known_args(words)
+    command = next((w for w in rest if not w.startswith("-")), None)
+    if command not in PLUGIN_COMMANDS:
+        print(f"usage: kubectl hostnet-rdma {{{','.join(PLUGIN_COMMANDS)}}} ...  (see kubectl hostnet-rdma COMMAND --help)",
+              file=sys.stderr)  # fmt: skip
+        return 0 if not rest or rest[0] in ("-h", "--help") else 2
+    forwarded: list[str] = []
+    for flag, value in (("-n", given.namespace), ("--kubeconfig", given.kubeconfig), ("--context", given.context)):
+        if value is None:
+            continue
+        if flag not in PLUGIN_COMMANDS[command]:
+            print(f"hostnet-rdma: error: {command} does not read the cluster: {flag} does not apply", file=sys.stderr)
+            return 2
+        forwarded += [flag, value]
+    at = rest.index(command) + 1
+    args = build_parser("kubectl hostnet-rdma").parse_args([*rest[:at], *forwarded, *rest[at:]])
     rc: int = args.func(args)
     return rc

@@ -21,6 +21,24 @@ def error(message: str) -> int:
     return 2
 
 
+def add_cluster_args(parser: Any) -> None:
+    """How a command that reads the cluster finds it: as kubectl does."""
+    parser.add_argument("-n", "--namespace", default="", help="namespace (default: the context's, else 'default')")
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in a pod its credentials, else $KUBECONFIG / ~/.kube/config)"
+    )
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+
+
+def cluster_namespace(args: Any) -> str:
+    """-n, else the kubeconfig context's namespace, else `default`: kubectl's rule."""
+    if args.namespace:
+        return str(args.namespace)
+    from app import kube
+
+    return kube.context_namespace(args.kubeconfig, args.context) or "default"
+
+
 def load_config(path: str | Path | None) -> InjectConfig:
     try:
         return config.load(path)

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from app import review
-from app.cli.common import CommandError, error, load_config, read_pod_file
+from app.cli.common import CommandError, add_cluster_args, cluster_namespace, error, load_config, read_pod_file
 from app.explain import explain
 
 
@@ -28,9 +28,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
             return 2
         from app import kube
 
-        namespace = args.namespace or "default"
+        namespace = cluster_namespace(args)
         try:
-            api = kube.api_client(args.kubeconfig)
+            api = kube.api_client(args.kubeconfig, args.context)
             pod = kube.read_pod(api, namespace, args.pod)
             ns_labels = kube.namespace_labels(api, namespace)
             found = kube.excluded_namespaces(api, args.webhook_config)
@@ -56,9 +56,8 @@ def register(sub: Any) -> None:
     e = sub.add_parser("explain", help="why a pod was (or would be) mutated or not")
     e.add_argument("pod", nargs="?", help="live pod name")
     e.add_argument("-f", "--file", help="pod manifest instead of a live pod")
-    e.add_argument("-n", "--namespace", default="")
+    add_cluster_args(e)
     e.add_argument("--config", help="cluster config file")
-    e.add_argument("--kubeconfig")
     e.add_argument("--webhook-config", default="hostnet-rdma",
                    help="name of the installed MutatingWebhookConfiguration (the Helm release's fullname); its "
                         "excluded namespaces are read from it")  # fmt: skip

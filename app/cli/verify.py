@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from app.cli.common import add_cluster_args, cluster_namespace
 from app.core import InjectConfig
 from app.core.mutate import training_containers
 from app.verify import expected_devices, verify
@@ -39,8 +40,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             return 2
         from app import kube
 
+        args.namespace = cluster_namespace(args)
         try:
-            api = kube.api_client(args.kubeconfig)
+            api = kube.api_client(args.kubeconfig, args.context)
             pod = kube.read_pod(api, args.namespace, args.pod)
             container = _training_container(pod, args.container)
             if expected is None:
@@ -61,11 +63,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     v = sub.add_parser("verify", help="check a training pod's log: NCCL over IB with GDRDMA, wrapper settings")
     v.add_argument("pod", nargs="?", help="pod name (reads its log with your kubeconfig)")
-    v.add_argument("-n", "--namespace", default="default")
+    add_cluster_args(v)
     v.add_argument("-c", "--container", help="container (default: the one the webhook wrapped)")
     v.add_argument("--log", help="check a saved log file instead of a live pod")
     v.add_argument("--hca", help="expected NCCL_IB_HCA (default: the pod's own env)")
     v.add_argument("--no-wrapper", action="store_true", help="do not require the wrapper's log line")
     v.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    v.add_argument("--kubeconfig")
     v.set_defaults(func=cmd_verify)

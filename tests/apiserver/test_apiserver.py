@@ -397,6 +397,49 @@ def test_explain_a_live_pod(plane: ControlPlane, kube: Kube, webhook: Webhook) -
     assert p.returncode == 1 and f"NO  namespace {OFF} lacks the label" in p.stdout
 
 
+def test_the_kubectl_plugin_honours_kubectls_context_kubeconfig_and_namespace(
+    plane: ControlPlane, kube: Kube, webhook: Webhook, tmp_path: Path
+) -> None:
+    """`kubectl hostnet-rdma ...` through the real kubectl, which finds the installed
+    `kubectl-hostnet_rdma` on PATH: the plugin reads the kubeconfig and context kubectl's
+    flags name, and takes the namespace from the context when -n is not given."""
+    import shutil
+
+    kubectl = plane.bin_dir / "kubectl"
+    kubectl = kubectl if kubectl.exists() else Path(shutil.which("kubectl") or "kubectl")
+    plugin = Path(sys.executable).parent / "kubectl-hostnet_rdma"
+    assert plugin.exists(), "the package installs kubectl-hostnet_rdma beside hostnet-rdma"
+    pod = load(GOLDEN / "pytorchjob" / "seed-c10d-worker-0.yaml")
+    pod["metadata"]["name"] = "plugin-me"
+    assert kube.create_pod(ON, pod).status_code == 201
+    real = yaml.safe_load(plane.kubeconfig.read_text())
+    # Two contexts: the current one points nowhere; "real" is the test cluster, namespace ON.
+    two = {**real, "current-context": "nowhere",
+           "clusters": [*real["clusters"], {"name": "nowhere", "cluster": {"server": "https://127.0.0.1:9"}}],
+           "contexts": [{"name": "real", "context": {"cluster": "test", "user": "admin", "namespace": ON}},
+                        {"name": "nowhere", "context": {"cluster": "nowhere", "user": "admin"}}]}  # fmt: skip
+    config_file = tmp_path / "two-contexts"
+    config_file.write_text(yaml.safe_dump(two))
+    env = {**plane.env(), "PATH": f"{plugin.parent}:{plane.env().get('PATH', '')}", "KUBECONFIG": str(config_file)}
+    listed = subprocess.run([str(kubectl), "plugin", "list"], capture_output=True, text=True, env=env)
+    assert str(plugin) in listed.stdout, listed.stdout + listed.stderr
+
+    def plugin_run(*words: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(kubectl), "hostnet-rdma", *words], capture_output=True, text=True, env=env, timeout=60
+        )
+
+    ok = plugin_run("explain", "plugin-me", "--context", "real")  # namespace: the context's
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert f"ok  namespace {ON} has the label hostnet-rdma.io/inject=enabled" in ok.stdout
+    flags_first = plugin_run("--context=real", "-n", ON, "--kubeconfig", str(config_file), "explain", "plugin-me")
+    assert flags_first.returncode == 0, flags_first.stdout + flags_first.stderr
+    nowhere = plugin_run("explain", "plugin-me", "-n", ON)  # the current context: unreachable
+    assert nowhere.returncode != 0
+    wrong_ns = plugin_run("explain", "plugin-me", "--context", "real", "-n", OFF)
+    assert wrong_ns.returncode == 2 and f"{OFF}/plugin-me: 404" in wrong_ns.stderr
+
+
 def test_explain_reads_the_excluded_namespaces_from_the_installed_configuration(
     plane: ControlPlane, kube: Kube, webhook: Webhook
 ) -> None:
