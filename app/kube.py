@@ -27,7 +27,7 @@ from app import tls
 log = logging.getLogger("hostnet_rdma.certs")
 
 # Callers catch this without importing the client themselves (tests/test_contracts.py).
-__all__ = ["ApiException", "SelfManagedCerts", "api_client", "context_namespace", "excluded_namespaces",
+__all__ = ["ApiException", "EventSender", "SelfManagedCerts", "api_client", "context_namespace", "excluded_namespaces",
            "namespace_labels", "pod_log", "read_pod"]  # fmt: skip
 
 CA_KEY = "ca.key"
@@ -223,3 +223,18 @@ def excluded_namespaces(api: client.ApiClient, webhook_config: str) -> tuple[str
 def pod_log(api: client.ApiClient, namespace: str, name: str, container: str | None) -> str:
     text: str = client.CoreV1Api(api).read_namespaced_pod_log(name, namespace, container=container)
     return text
+
+
+class EventSender:
+    """app.events.Sender over events.k8s.io/v1 (the chart's RBAC: create and patch events)."""
+
+    def __init__(self, api: client.ApiClient, timeout_seconds: float = 5.0) -> None:
+        self.events = client.EventsV1Api(api)
+        self.timeout = timeout_seconds
+
+    def create(self, namespace: str, body: dict[str, Any]) -> None:
+        self.events.create_namespaced_event(namespace, body, _request_timeout=self.timeout)  # type: ignore[arg-type]
+
+    def patch(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+        # A list body goes as application/json-patch+json.
+        self.events.patch_namespaced_event(name, namespace, ops, _request_timeout=self.timeout)

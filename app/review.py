@@ -17,9 +17,10 @@ from typing import Any, Literal, TypedDict
 
 import orjson
 
-from app import __version__
+from app import __version__, events
 from app.core import InjectConfig, InvalidPod, Params, UnsupportedPod, mutate, patch
 from app.core.mutate import Result
+from app.core.names import STATUS_ANNOTATION
 from app.wrapper import payload
 
 API_VERSION = "admission.k8s.io/v1"
@@ -56,6 +57,9 @@ class ReviewResult:
     namespace: str = ""
     name: str = ""
     warnings: list[str] = field(default_factory=list)
+    # For an Event on the pod's job (app.events); None on dry runs, re-admissions of a pod we
+    # already mutated, and pods that no job owns.
+    admission: events.Admission | None = None
 
 
 def _warning(text: str) -> str:
@@ -136,17 +140,37 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     name = str(meta.get("name") or meta.get("generateName") or "")
     if namespace and namespace != params.namespace:
         params = dataclasses.replace(params, namespace=namespace)
+    # Who gets an Event: the pod's job, on the first admission only (not a dry run, not a pod
+    # that already carries our status).
+    about: events.Regarding | None = None
+    if request.get("dryRun") is not True:
+        annotations = meta.get("annotations")
+        if not (isinstance(annotations, dict) and STATUS_ANNOTATION in annotations):
+            about = events.regarding(pod, namespace or params.namespace)
     try:
         result: Result = mutate(pod, params)
     except (InvalidPod, UnsupportedPod) as e:
         msg = f"pod left unchanged: {e}"
+        told = None if about is None else events.Admission(about, "", params.version, False, (), "", (msg,))
         return ReviewResult(
-            build_response(uid, warnings=[msg]), "unsupported", uid=uid, namespace=namespace, name=name, warnings=[msg]
-        )
+            build_response(uid, warnings=[msg]), "unsupported", uid=uid, namespace=namespace, name=name, warnings=[msg],
+            admission=told,
+        )  # fmt: skip
     launcher = result.info.launcher if result.info else ""
+    told = None
+    if about is not None and result.info is not None and (result.changed or result.warnings):
+        told = events.Admission(about, launcher, params.version, result.changed, tuple(result.applied), result.profile,
+                                tuple(result.warnings))  # fmt: skip
     if not result.changed:
         return ReviewResult(
-            build_response(uid, warnings=result.warnings), "unchanged", launcher, uid, namespace, name, result.warnings
+            build_response(uid, warnings=result.warnings),
+            "unchanged",
+            launcher,
+            uid,
+            namespace,
+            name,
+            result.warnings,
+            told,
         )
     ops = patch.diff(pod, result.pod)  # result.changed: there is at least one op
     encoded = orjson.dumps(ops)  # once: for the bound and for the answer
@@ -154,7 +178,9 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     if size > params.config.max_patch_bytes:
         msg = (f"pod left unchanged: its patch would be {size} bytes, over the bound of "
                f"{params.config.max_patch_bytes} (config limits.maxPatchBytes)")  # fmt: skip
-        return ReviewResult(build_response(uid, warnings=[msg]), "unsupported", launcher, uid, namespace, name, [msg])
+        told = None if about is None else events.Admission(about, launcher, params.version, False, (), "", (msg,))
+        return ReviewResult(build_response(uid, warnings=[msg]), "unsupported", launcher, uid, namespace, name, [msg],
+                            told)  # fmt: skip
     return ReviewResult(
-        build_response(uid, encoded, result.warnings), "mutated", launcher, uid, namespace, name, result.warnings
+        build_response(uid, encoded, result.warnings), "mutated", launcher, uid, namespace, name, result.warnings, told
     )

@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from app import __version__, config, filewatch
 from app.core import ConfigError, InjectConfig, Params
+from app.events import Recorder
 from app.review import BadReview, ReviewResult, answer, params_for
 from app.settings import ServerSettings
 
@@ -94,7 +95,7 @@ def core_build() -> str:
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, recorder: Recorder | None = None) -> None:
         self.registry = CollectorRegistry()
         self.build = Gauge(
             "hostnet_rdma_build_info", "This server's version and how its core runs", ["version", "core"],
@@ -122,6 +123,14 @@ class Metrics:
             "New serving certificates refused since start (unsigned by the CA, expired, wrong names, broken)",
             registry=self.registry,
         )
+        if recorder is not None:
+            for name, text, read in (
+                ("hostnet_rdma_event_api_calls", "Event creates and patches sent since start", lambda: recorder.calls),
+                ("hostnet_rdma_event_api_failures", "Event API calls that failed since start", lambda: recorder.failed),
+                ("hostnet_rdma_events_dropped", "Admissions not turned into Events (queue full) since start",
+                 lambda: recorder.dropped),
+            ):  # fmt: skip
+                Gauge(name, text, registry=self.registry).set_function(read)
 
 
 class AdmissionHandler:
@@ -139,10 +148,14 @@ class AdmissionHandler:
     MAX_BATCH = 16
     BUSY_SECONDS = 0.001
 
-    def __init__(self, settings: ServerSettings, holder: ConfigHolder, metrics: Metrics) -> None:
+    def __init__(
+        self, settings: ServerSettings, holder: ConfigHolder, metrics: Metrics, recorder: Recorder | None = None
+    ) -> None:
         self.settings = settings
         self.holder = holder
         self.metrics = metrics
+        # Events on the pods' jobs (app.events): record() is a deque append; a thread sends.
+        self.recorder = recorder
         self._params: Params | None = None
         self._pending_log: list[bytes] = []
         self._batch: list[tuple[bytes, asyncio.Future[ReviewResult]]] = []
@@ -198,6 +211,8 @@ class AdmissionHandler:
             counter = self._counters[key] = self.metrics.requests.labels(*key)
         counter.inc()
         self.metrics.latency.observe(elapsed)
+        if result.admission is not None and self.recorder is not None:
+            self.recorder.record(result.admission)
         if log.isEnabledFor(logging.INFO):
             self.log_admission(result, elapsed)
         return 200, result.body
@@ -269,12 +284,14 @@ def create_app(
     cert_expiry: Callable[[], float] | None = None,
     cert_refused: Callable[[], int] | None = None,
     on_startup: Callable[[], None] | None = None,
+    recorder: Recorder | None = None,
 ) -> WebhookApp:
     """/mutate (AdmissionHandler) in front of a FastAPI app for the probes and /metrics.
-    `on_startup` runs once the event loop does (the file watchers need it)."""
+    `on_startup` runs once the event loop does (the file watchers need it); `recorder` sends
+    Events (none: no Events, as outside a cluster)."""
     holder = config_holder or ConfigHolder(settings.config, settings.poll_seconds)
-    metrics = Metrics()
-    admission = AdmissionHandler(settings, holder, metrics)
+    metrics = Metrics(recorder)
+    admission = AdmissionHandler(settings, holder, metrics, recorder)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -24,5 +24,8 @@ class ServerSettings(BaseSettings):
     # ~30 KB, and the API servers need a few dozen (BENCHMARKS.md, idle connections).
     max_connections: int = 1000
     log_level: str = "info"
+    # Events (events.k8s.io/v1) on the job of every opted-in pod, what was injected and each
+    # warning (app.events); needs cluster credentials (in a pod: its ServiceAccount's).
+    events: bool = True
     # Namespace assumed when a review carries none.
     default_namespace: str = "default"

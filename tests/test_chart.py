@@ -93,25 +93,44 @@ def test_hardened_deployment_and_least_privilege_rbac() -> None:
     }
     assert dep["spec"]["replicas"] >= 2
     rules = [r for d in rendered if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+    events = {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
     for r in rules:
         assert "*" not in r["verbs"] and "*" not in r["resources"]
-        if r["verbs"] != ["create"]:
+        if r["verbs"] != ["create"] and r != events:  # Events are named by the webhook itself
             assert r.get("resourceNames"), r
-    # No RBAC at all for the webhook when it does not manage certificates; `helm test` reads
-    # only the caBundle of its one configuration.
+    assert events in rules
+    # No RBAC for the webhook when it does not manage certificates but the Events rule, none
+    # at all with events off; `helm test` reads only the caBundle of its one configuration.
     rbac = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
     test_hook = [d for d in docs("provided") if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"]
-    assert not [d for d in docs("provided") if d["kind"] in rbac and d not in test_hook]
+    ours = [d for d in docs("provided") if d["kind"] in rbac and d not in test_hook]
+    assert [r for d in ours if d["kind"] == "ClusterRole" for r in d["rules"]] == [events]
+    assert {d["metadata"]["name"] for d in ours} == {"hostnet-rdma-events"}
     (test_role,) = [d for d in test_hook if d["kind"] == "ClusterRole"]
     assert test_role["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
                                    "resources": ["mutatingwebhookconfigurations"],
                                    "resourceNames": ["hostnet-rdma"], "verbs": ["get"]}]  # fmt: skip
 
 
+def test_events_off_means_no_rbac_and_no_token() -> None:
+    off = [d for d in yaml.safe_load_all(template(*MODES["provided"], "--set", "events.enabled=false").stdout) if d]
+    hook = [d for d in off if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"]
+    assert not [d for d in off if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+                and d not in hook]  # fmt: skip
+    dep = next(d for d in off if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    sa = next(d for d in off if d["kind"] == "ServiceAccount")
+    assert dep["automountServiceAccountToken"] is False and sa["automountServiceAccountToken"] is False
+    env = {e["name"]: e.get("value") for e in dep["containers"][0]["env"]}
+    assert env["HOSTNET_RDMA_EVENTS"] == "false" and "POD_NAME" not in env
+    on = next(d for d in docs("provided") if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert on["automountServiceAccountToken"] is True  # Events need the API server
+
+
 def test_webhook_configuration() -> None:
     mwc = next(d for d in docs("default") if d["kind"] == "MutatingWebhookConfiguration")
     hook = mwc["webhooks"][0]
-    assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
+    # Events on the pod's job are its only side effect, and never on dry runs.
+    assert hook["sideEffects"] == "NoneOnDryRun" and hook["admissionReviewVersions"] == ["v1"]
     assert hook["matchPolicy"] == "Equivalent" and hook["reinvocationPolicy"] == "IfNeeded"
     assert hook["rules"] == [
         {

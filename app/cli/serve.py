@@ -8,6 +8,7 @@ import asyncio
 import gc
 import logging
 import os
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -76,9 +77,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return 2
 
-    background = Background(cert, holder, certs_keeper, args.cert_check_seconds)
+    recorder = _recorder(args, settings, log)
+    background = Background(cert, holder, certs_keeper, args.cert_check_seconds, recorder)
     app = create_app(settings, holder, cert_expiry=lambda: cert.expiry.timestamp(),
-                     cert_refused=lambda: cert.refused, on_startup=background.start)  # fmt: skip
+                     cert_refused=lambda: cert.refused, on_startup=background.start, recorder=recorder)  # fmt: skip
 
     from app.protocol import bounded_protocol
 
@@ -126,9 +128,13 @@ class Background:
     config file (ConfigHolder) and, with --self-managed-certs, the Secret and caBundle keeper
     (kube.SelfManagedCerts, in a thread of its own: the Kubernetes client blocks)."""
 
-    def __init__(self, cert: tls.ReloadingCert, holder: ConfigHolder, keeper: Any, keeper_every: float) -> None:
+    def __init__(
+        self, cert: tls.ReloadingCert, holder: ConfigHolder, keeper: Any, keeper_every: float, recorder: Any = None
+    ) -> None:
         self.cert, self.holder, self.keeper, self.keeper_every = cert, holder, keeper, keeper_every
+        self.recorder = recorder
         self._stop = threading.Event()
+        self._events: threading.Thread | None = None
 
     def start(self) -> None:
         self.cert.attach(asyncio.get_running_loop())
@@ -137,11 +143,35 @@ class Background:
         if self.keeper is not None:
             threading.Thread(target=self.keeper.run, args=(self._stop, self.keeper_every), name="cert-manage",
                              daemon=True).start()  # fmt: skip
+        if self.recorder is not None:
+            self._events = threading.Thread(target=self.recorder.run, args=(self._stop,), name="events", daemon=True)
+            self._events.start()
 
     def stop(self) -> None:
         self._stop.set()
         self.cert.stop()
         self.holder.stop()
+        if self._events is not None:  # its last flush: what the drained requests recorded
+            self._events.join(timeout=10)
+
+
+def _recorder(args: argparse.Namespace, settings: ServerSettings, log: logging.Logger) -> Any:
+    """The Events recorder, or None: turned off, or no cluster to send to (a dev server)."""
+    if not settings.events:
+        return None
+    if not (args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST")):
+        log.info("events off: no cluster credentials (in a pod, or --kubeconfig)")
+        return None
+    from app import kube
+    from app.events import Recorder
+
+    try:
+        sender = kube.EventSender(kube.api_client(args.kubeconfig))
+    except Exception as e:  # a broken kubeconfig must not keep the webhook from serving
+        log.warning("events off: cannot load cluster credentials: %s", e)
+        return None
+    instance = os.environ.get("POD_NAME") or socket.gethostname()
+    return Recorder(sender, instance)
 
 
 def _self_managed(args: argparse.Namespace, settings: ServerSettings) -> Any:

@@ -440,6 +440,57 @@ def test_the_kubectl_plugin_honours_kubectls_context_kubeconfig_and_namespace(
     assert wrong_ns.returncode == 2 and f"{OFF}/plugin-me: 404" in wrong_ns.stderr
 
 
+@local_only
+def test_events_reach_the_job_through_the_real_api_server(plane: ControlPlane, kube: Kube, tmp_path: Path) -> None:
+    """A webhook with cluster credentials records Events on the pods' Job: the API server
+    accepts their bodies (create, then a series patch), and `kubectl describe job` shows them
+    aggregated, as the job's submitter would look. A dry run records nothing."""
+    import httpx
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ev-job", "namespace": ON},
+           "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never",
+                                                           "containers": [{"name": "c", "image": "busybox"}]}}}}  # fmt: skip
+    uid = kube.ok("POST", f"/apis/batch/v1/namespaces/{ON}/jobs", job)["metadata"]["uid"]
+    pod = load(GOLDEN / "generic" / "indexed-job.yaml")
+    pod["metadata"].update(namespace=ON, ownerReferences=[
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "ev-job", "uid": uid, "controller": True}])  # fmt: skip
+    pod["spec"]["containers"][0]["command"] = ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=ij-0.ij:1", "t.py"]
+    hook = start_webhook(tmp_path, extra=["--kubeconfig", str(plane.kubeconfig)])
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(hook.ca.cert_pem)
+    try:
+        for i, dry in enumerate((False, False, False, True)):
+            review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                      "request": {"uid": f"ev-{i}", "operation": "CREATE", "namespace": ON, "dryRun": dry,
+                                  "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": pod}}  # fmt: skip
+            r = httpx.post(hook.url, json=review, verify=str(ca), timeout=10)
+            assert r.status_code == 200 and r.json()["response"]["allowed"], r.text
+            if i == 0:
+                time.sleep(2.5)  # past a flush: the next two raise the created Events' count
+        kubectl = plane.bin_dir / "kubectl"
+        deadline = time.monotonic() + 20
+        while True:
+            described = subprocess.run([str(kubectl), "describe", "job", "ev-job", "-n", ON], capture_output=True,
+                                       text=True, env=plane.env()).stdout  # fmt: skip
+            if "(x3 over" in described or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        events = kube.ok("GET", f"/apis/events.k8s.io/v1/namespaces/{ON}/events")["items"]
+        ours = [e for e in events if e.get("regarding", {}).get("uid") == uid]
+        assert {e["reason"] for e in ours} == {"Injected", "NodeCountUnknown"}, (
+            ours,
+            hook.log and hook.log.read_text(),
+        )
+        assert all(e["series"]["count"] == 3 for e in ours), ours  # the dry run is not counted
+        assert all(e["reportingController"] == "hostnet-rdma.io/webhook" for e in ours)
+        assert "Injected" in described and "(x3 over" in described and "hostnet-rdma.io/webhook" in described, described
+        assert "NodeCountUnknown" in described and "--nnodes not given" in described, described
+    finally:
+        assert hook.proc is not None
+        hook.proc.terminate()
+        hook.proc.wait(timeout=30)
+
+
 def test_explain_reads_the_excluded_namespaces_from_the_installed_configuration(
     plane: ControlPlane, kube: Kube, webhook: Webhook
 ) -> None:

@@ -75,3 +75,14 @@ def test_service_account_may_change_only_its_ca_bundle_and_its_secret(
     # And RBAC alone still forbids what it never needs.
     assert sa.delete(MWC).status_code == 403
     assert sa.get(f"/api/v1/namespaces/{RELEASE_NS}/secrets").status_code == 403
+    # Events: created (and patched) in any namespace, never read or deleted.
+    events = "/apis/events.k8s.io/v1/namespaces/default/events"
+    event = {"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "lp.1", "namespace": "default"},
+             "eventTime": "2026-12-01T10:00:00.000000Z", "reportingController": "hostnet-rdma.io/webhook",
+             "reportingInstance": "t", "action": "Mutate", "reason": "Injected", "type": "Normal", "note": "x",
+             "regarding": {"apiVersion": "v1", "kind": "Namespace", "name": "default"}}  # fmt: skip
+    r = sa.post(events, json=event)
+    assert r.status_code == 201, r.text
+    series = {"count": 2, "lastObservedTime": "2026-12-01T10:00:01.000000Z"}
+    assert json_patch(sa, f"{events}/lp.1", [{"op": "add", "path": "/series", "value": series}]).status_code == 200
+    assert sa.get(events).status_code == 403 and sa.delete(f"{events}/lp.1").status_code == 403

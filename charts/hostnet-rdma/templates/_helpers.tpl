@@ -51,3 +51,11 @@ default (1.35+), else an init container. */}}
 {{- $delivery -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Whether the webhook calls the API server (its ServiceAccount token is mounted only then):
+for self-managed certificates, and for Events.
+*/}}
+{{- define "hostnet-rdma.callsApi" -}}
+{{- or (eq .Values.certs.mode "self-managed") .Values.events.enabled -}}
+{{- end }}
