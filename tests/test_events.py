@@ -84,7 +84,7 @@ class FakeSender:
         self.calls.append(("patch", f"{namespace}/{name}", ops))
 
 
-NOW = dt.datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=dt.UTC)
 
 
 def admissions(case: str, n: int) -> list[events.Admission]:
