@@ -59,6 +59,12 @@ class _Wrapper(_Strict):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         cast(Any, _D.wrapper_image_pull_policy), alias="imagePullPolicy"
     )
+    # imageVolume: the wrapper's directory inside `image`; "" for the wrapper image (its files
+    # at the root), `wrapper` for the webhook's own image.
+    image_sub_path: str = Field(
+        _D.wrapper_image_sub_path, alias="imageSubPath", pattern=r"^([A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*)?$",
+        max_length=128,
+    )  # fmt: skip
 
 
 class _Limits(_Strict):
@@ -94,7 +100,7 @@ def from_dict(data: dict[str, Any] | None) -> InjectConfig:
     if parsed.default_profile not in profiles:
         raise ConfigError(f"config: defaultProfile {parsed.default_profile!r} is not a known profile")
     # Field names match InjectConfig's; the wrapper's delivery keys carry a prefix there.
-    wrapper = {("wrapper_" + k if k in ("delivery", "image", "image_pull_policy") else k): v
+    wrapper = {("wrapper_" + k if k in ("delivery", "image", "image_pull_policy", "image_sub_path") else k): v
                for k, v in parsed.wrapper.model_dump().items()}  # fmt: skip
     return InjectConfig(
         **parsed.inject.model_dump(),

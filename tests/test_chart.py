@@ -253,7 +253,20 @@ def test_auto_delivery_follows_the_cluster_version_and_uses_the_chart_image(kube
     deployment = next(d for d in rendered if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert wrapper["delivery"] == delivery
-    assert (wrapper["image"], wrapper["imagePullPolicy"]) == (container["image"], container["imagePullPolicy"])
+    assert wrapper["imagePullPolicy"] == container["imagePullPolicy"]
+    if delivery == "imageVolume":  # the wrapper-only image, same tag, its files at the root
+        assert wrapper["image"] == container["image"].replace("/hostnet-rdma:", "/hostnet-rdma-wrapper:")
+        assert wrapper["imageSubPath"] == ""
+    else:  # the init container copies from the webhook's image
+        assert wrapper["image"] == container["image"]
+
+
+def test_image_volume_of_the_webhook_image_when_no_wrapper_image_is_given() -> None:
+    p = template("--set", "wrapperImage.repository=")
+    cm = next(d for d in yaml.safe_load_all(p.stdout) if d and d["kind"] == "ConfigMap")
+    wrapper = yaml.safe_load(cm["data"]["config.yaml"])["wrapper"]
+    assert wrapper["delivery"] == "imageVolume" and wrapper["imageSubPath"] == "wrapper"
+    assert wrapper["image"] == "ghcr.io/hostnet-rdma/hostnet-rdma:0.1.0"
 
 
 def test_an_explicit_delivery_is_kept() -> None:

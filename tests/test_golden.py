@@ -1,7 +1,7 @@
 """Golden files: tests/golden/<launcher>/<case>.yaml -> <case>.expected.yaml, with the built-in
 config (no wrapper image, so the wrapper is inlined); tests/golden-init/<case>.yaml with the
 wrapper copied by an init container from the webhook's image, tests/golden-image/<case>.yaml
-with it mounted from that image as a volume (DELIVERY_CONFIGS).
+with the wrapper image (its files at the root) mounted as a volume (DELIVERY_CONFIGS).
 
 REFRESH_GOLDEN=1 rewrites the expected files. Each case also applies the JSON Patch to the
 input (what the API server does) and checks that a second pass changes nothing.
@@ -24,10 +24,11 @@ from tests.patching import apply_patch
 
 GOLDEN = Path(__file__).parent / "golden"
 DELIVERY_CONFIGS = {
-    Path(__file__).parent / f"golden-{suffix}": config.from_dict(
-        {"wrapper": {"delivery": delivery, "image": "registry.example/hostnet-rdma:0.1.0"}}
+    Path(__file__).parent / f"golden-{suffix}": config.from_dict({"wrapper": {"delivery": delivery, "image": image}})
+    for suffix, delivery, image in (
+        ("init", "initContainer", "registry.example/hostnet-rdma:0.1.0"),
+        ("image", "imageVolume", "registry.example/hostnet-rdma-wrapper:0.1.0"),
     )
-    for suffix, delivery in (("init", "initContainer"), ("image", "imageVolume"))
 }
 INPUTS = sorted(p for p in GOLDEN.glob("*/*.yaml") if not p.name.endswith(".expected.yaml"))
 DELIVERY_INPUTS = sorted(p for d in DELIVERY_CONFIGS for p in d.glob("*.yaml") if not p.name.endswith(".expected.yaml"))

@@ -35,7 +35,8 @@ VOL_BIN = "hostnet-rdma"
 # The init container that copies the wrapper into VOL_BIN (wrapper.delivery: initContainer),
 # from where the webhook's image holds it (deploy/Dockerfile runs app.wrapper.install there).
 INIT_CONTAINER = "hostnet-rdma-wrapper"
-# Short: with wrapper.delivery imageVolume it is the mount's subPath, in every pod.
+# Where the webhook's image holds the wrapper's files: the init container copies them from
+# there (wrapper.delivery initContainer). The wrapper image has them at its root.
 IMAGE_WRAPPER_DIR = "/wrapper"
 BIN_DIR = "/hostnet-rdma"
 SHM_PATH = "/dev/shm"

@@ -95,6 +95,10 @@ class InjectConfig:
     wrapper_delivery: str = "initContainer"
     wrapper_image: str = ""
     wrapper_image_pull_policy: str = "IfNotPresent"
+    # imageVolume: the wrapper's directory inside wrapper_image, mounted as the subPath; "" for
+    # the wrapper image built from deploy/Dockerfile (--target wrapper: its files at the root,
+    # no subPath in any pod), "wrapper" for the webhook's own image.
+    wrapper_image_sub_path: str = ""
     rdma_resource_prefixes: tuple[str, ...] = ("rdma/",)
     # Bounds on one pod's answer: every training container carries the wrapper payload, so a
     # pod with hundreds of them would turn a small request into a huge response.

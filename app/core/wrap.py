@@ -351,9 +351,10 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
                 *rest,
             ]
         if delivery == "imageVolume":
-            # The image's wrapper directory itself: no copy, no extra container. Image volumes
-            # are always mounted read-only, so the mount does not say so (16 bytes a pod).
-            add_mount(c, names.VOL_BIN, names.BIN_DIR, sub_path=names.IMAGE_WRAPPER_DIR.lstrip("/"))
+            # The wrapper image's files themselves: no copy, no extra container, and with the
+            # wrapper-only image no subPath either. Image volumes are always mounted read-only,
+            # so the mount does not say so (16 bytes a pod).
+            add_mount(c, names.VOL_BIN, names.BIN_DIR, sub_path=cfg.wrapper_image_sub_path)
         else:
             add_mount(c, names.VOL_BIN, names.BIN_DIR)
         wrapped_any = True

@@ -3,6 +3,7 @@
 # the directory holding them as docker-archive tars (imported into each node's containerd):
 #   pause.tar     the pod sandbox image (a static C binary)            localhost/pause:1
 #   webhook.tar   deploy/Dockerfile itself, built by buildah           localhost/hostnet-rdma:test-<hash>
+#   wrapper.tar   its `wrapper` target: the wrapper's files, from scratch localhost/hostnet-rdma-wrapper:test-<hash>
 #   train.tar     Debian Python + a real torchrun entry point          localhost/hostnet-rdma-train:<hash>
 # The webhook image's base stands in for python:3.11-slim (no registry here): Debian bookworm
 # from debootstrap with Python 3.11 and pip, passed as the Dockerfile's BASE build argument, so
@@ -76,6 +77,19 @@ if [ ! -f "$OUT/webhook-$hash.tar" ]; then
 fi
 ln -sf "webhook-$hash.tar" "$OUT/webhook.tar"
 echo "$ref" >"$OUT/webhook.ref"
+# Its `wrapper` target: the build stage is cached (--layers), so this adds seconds.
+wref="localhost/hostnet-rdma-wrapper:test-$hash"
+if [ ! -f "$OUT/wrapper-$hash.tar" ]; then
+  buildah bud --quiet --pull=never --network host --layers --target wrapper \
+    --volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+    --build-arg "BASE=$BASE_REF" -f deploy/Dockerfile -t "$wref" . >"$OUT/wrapper-build.log" 2>&1 \
+    || { tail -30 "$OUT/wrapper-build.log" >&2; exit 1; }
+  rm -f "$OUT"/wrapper-*.tar
+  buildah push --quiet "$wref" "docker-archive:$OUT/wrapper-$hash.tar.tmp:$wref"
+  mv "$OUT/wrapper-$hash.tar.tmp" "$OUT/wrapper-$hash.tar"
+fi
+ln -sf "wrapper-$hash.tar" "$OUT/wrapper.tar"
+echo "$wref" >"$OUT/wrapper.ref"
 
 # 4. The training image.
 thash=$(cat tests/cluster/images/train.Dockerfile tests/cluster/images/torchrun | sha256sum | cut -c1-12)

@@ -557,7 +557,7 @@ wait
         procs = []
         for node in self.nodes:
             sock = self.node_dir(node) / "containerd" / "containerd.sock"
-            for tar in ("pause.tar", "webhook.tar", "train.tar"):
+            for tar in ("pause.tar", "webhook.tar", "wrapper.tar", "train.tar"):
                 procs.append(subprocess.Popen(
                     [str(self.bin / "ctr"), "-a", str(sock), "-n", "k8s.io", "images", "import", str(self.images / tar)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                 ))  # fmt: skip

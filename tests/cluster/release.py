@@ -24,16 +24,18 @@ def image_ref(c: Cluster, name: str) -> str:
 
 
 def install(c: Cluster, *sets: str) -> subprocess.CompletedProcess[str]:
-    """`helm install` with default values except the image, its pull policy and the
-    infiniband hostPath (a test folder here), plus `sets` (KEY=VALUE); waits for the
+    """`helm install` with default values except the images (the webhook's and the wrapper's),
+    their pull policy and the infiniband hostPath (a test folder here), plus `sets` (KEY=VALUE); waits for the
     Deployment. When the release exists (a kept cluster, HOSTNET_RDMA_CLUSTER, or a second
     call), an upgrade."""
     infiniband = c.workdir / "infiniband"
     infiniband.mkdir(exist_ok=True)
     repo, tag = image_ref(c, "webhook").rsplit(":", 1)
+    wrepo, wtag = image_ref(c, "wrapper").rsplit(":", 1)
     verb = "upgrade" if helm(c, "status", RELEASE, "-n", RELEASE_NS).returncode == 0 else "install"
     p = helm(c, verb, RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--create-namespace",
              "--set", f"image.repository={repo}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+             "--set", f"wrapperImage.repository={wrepo}", "--set", f"wrapperImage.tag={wtag}",
              "--set", f"config.inject.infinibandPath={infiniband}", *[a for kv in sets for a in ("--set", kv)],
              "--wait", "--timeout", "4m")  # fmt: skip
     if p.returncode != 0:

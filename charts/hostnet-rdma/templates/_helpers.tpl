@@ -27,6 +27,10 @@ app.kubernetes.io/component: webhook
 
 {{- define "hostnet-rdma.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end }}
+
+{{- define "hostnet-rdma.wrapperImage" -}}
+{{- printf "%s:%s" .Values.wrapperImage.repository (default .Chart.AppVersion .Values.wrapperImage.tag) -}}
 {{- end -}}
 
 {{- define "hostnet-rdma.tlsSecret" -}}
