@@ -246,6 +246,12 @@ def test_indexed_job_completes_with_each_wrapper_delivery(
         assert outcome == "Complete", dump(cluster, ON, f"app={name}")
         found = pods(cluster, ON, f"app={name}")
         assert [_delivery_shape(p) for p in found] == [delivery, delivery]
+        if delivery == "imageVolume":  # the wrapper-only image, its files at the root: no subPath
+            for p in found:
+                (volume,) = [v for v in p["spec"]["volumes"] if v["name"] == "hostnet-rdma"]
+                assert volume["image"]["reference"] == image_ref(cluster, "wrapper"), volume
+                (mount,) = [m for m in p["spec"]["containers"][0]["volumeMounts"] if m["name"] == "hostnet-rdma"]
+                assert "subPath" not in mount, mount
         hosts = [wrapper_fields(logs(cluster, ON, p["metadata"]["name"]))["is_host"] for p in found]
         assert sorted(hosts) == ["false", "true"], hosts
     finally:
@@ -254,6 +260,34 @@ def test_indexed_job_completes_with_each_wrapper_delivery(
         restore = before or chart["config"]["wrapper"]["delivery"]
         helm(cluster, "upgrade", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--reuse-values",
              "--set", f"config.wrapper.delivery={restore}", "--wait", "--timeout", "3m")  # fmt: skip
+        cluster.kubectl("delete", "job", name, "-n", ON, "--wait=false", check=False)
+
+
+def test_a_refusal_is_the_pods_termination_message(cluster: Cluster, release: dict[str, Any]) -> None:
+    """When the wrapper will not start torchrun (here: the endpoint's DNS record never appears,
+    within a 5 s wait the user set), `kubectl describe pod` and the container's status carry
+    the one-line cause, not only the log."""
+    name = "ddp-refused"
+    objs = jobs.indexed_job(ON, name, image_ref(cluster, "train"), torch_sites())
+    job = objs[-1]
+    job["spec"].update(completions=1, parallelism=1)
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    c["command"][-1] = c["command"][-1].replace(f"{name}-0.{name}:", f"{name}-7.{name}:")  # a pod that never exists
+    c["env"].append({"name": "HOSTNET_RDMA_DNS_TIMEOUT", "value": "5"})
+    t0 = time.monotonic()
+    jobs.apply(cluster, objs)
+    try:
+        outcome = wait_job(cluster, ON, name, 120)
+        TIMINGS["Indexed Job refused by the wrapper (DNS wait 5 s), to Failed"] = time.monotonic() - t0
+        assert outcome == "Failed", dump(cluster, ON, f"app={name}")
+        (pod,) = pods(cluster, ON, f"app={name}")
+        (status,) = pod["status"]["containerStatuses"]
+        terminated = status["state"].get("terminated") or status["lastState"].get("terminated") or {}
+        cause = f"hostnet-rdma: the rendezvous endpoint host '{name}-7.{name}' did not resolve within 5s"
+        assert terminated.get("exitCode") == 1 and terminated.get("message", "").startswith(cause), status
+        described = cluster.kubectl("describe", "pod", pod["metadata"]["name"], "-n", ON)
+        assert "Message:" in described and cause in described, described[-3000:]
+    finally:
         cluster.kubectl("delete", "job", name, "-n", ON, "--wait=false", check=False)
 
 

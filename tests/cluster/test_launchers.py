@@ -251,6 +251,17 @@ def test_pytorchjob_elastic_completes(cluster: Cluster, installed: dict[str, flo
     uid = cluster.kubectl_json("get", "pytorchjob", "ddp-pytorchjob", "-n", ML)["metadata"]["uid"]
     assert all(f["rdzv_id"] == uid for f in fields), fields
     read_back(cluster, ML, "training.kubeflow.org/job-name=ddp-pytorchjob", "pytorchjob-worker")
+    # What the webhook did, where the job's submitter looks: an Event on the PyTorchJob, one
+    # for both pods (the sender flushes each second).
+    deadline = time.monotonic() + 20
+    while "(x2 over" not in (described := cluster.kubectl("describe", "pytorchjob", "ddp-pytorchjob", "-n", ML)):
+        assert time.monotonic() < deadline, described[-3000:]
+        time.sleep(1)
+    (line,) = [ln for ln in described.splitlines() if "Injected" in ln]
+    assert "hostnet-rdma.io/webhook" in line and "launcher pytorchjob" in line and "(x2 over" in line, line
+    TIMINGS["PyTorchJob: wait after Succeeded until kubectl describe shows Injected (x2)"] = (
+        time.monotonic() - deadline + 20
+    )
 
 
 def test_leaderworkerset_completes_with_the_real_lws_webhook(cluster: Cluster, installed: dict[str, float]) -> None:
