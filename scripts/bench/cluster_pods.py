@@ -5,8 +5,11 @@ and without the webhook. Needs root; builds or reuses the cached binaries and im
 For each round, N host-network pods (the training image, `sleep`) are created at once in the
 namespace that is not opted in, then in the opted-in one (mutated: plumbing, NCCL env, the
 wrapper bootstrap). One phase per wrapper delivery (`helm upgrade --set
-config.wrapper.delivery=...`: an image volume, an init container, inline), each with its own
-rounds without the webhook, so the deliveries are compared against the same baseline. Each
+config.wrapper.delivery=...`: an image volume of the wrapper image, an image volume of the
+webhook's image with subPath, an init container, inline), each with its own rounds without the
+webhook, so the deliveries are compared against the same baseline. The images are imported
+into the nodes beforehand (no registry here), so a pull's cost is not in these figures: the
+images' sizes are reported beside them. Each
 pod's latency runs from just before its POST to the first poll that shows it Running. Pods
 are deleted between batches. Prints a table and one JSON line.
 
@@ -102,8 +105,25 @@ def batch(
     return [running[x] - sent[x] for x in names]
 
 
-DELIVERIES = ("imageVolume", "initContainer", "inline")
-ROWS = tuple(row for d in DELIVERIES for row in (f"without webhook ({d} phase)", f"with webhook, {d}"))
+# phase -> (delivery, extra chart values)
+PHASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "imageVolume": ("imageVolume", ()),
+    "imageVolume, webhook image": ("imageVolume", ("wrapperImage.repository=",)),
+    "initContainer": ("initContainer", ()),
+    "inline": ("inline", ()),
+}
+ROWS = tuple(row for d in PHASES for row in (f"without webhook ({d} phase)", f"with webhook, {d}"))
+
+
+def image_sizes(c: harness.Cluster) -> dict[str, int]:
+    """Bytes of each image's layers, uncompressed (the docker-archive the nodes imported)."""
+    import tarfile
+
+    out: dict[str, int] = {}
+    for name in ("webhook", "wrapper"):
+        with tarfile.open(c.images / f"{name}.tar") as t:
+            out[f"{name}_image_layer_bytes"] = sum(m.size for m in t.getmembers() if m.name.endswith(".tar"))
+    return out
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -139,30 +159,29 @@ def main() -> int:
                            verify=str(c.pki / "ca.crt"), timeout=30)  # fmt: skip
         batch(c, api, release.OFF, 4, image, "warmup")  # first container starts pay one-off costs
         results: dict[str, list[float]] = {k: [] for k in ROWS}
-        for delivery in DELIVERIES:
-            p = release.install(c, f"config.wrapper.delivery={delivery}")
+        for phase, (delivery, values) in PHASES.items():
+            p = release.install(c, f"config.wrapper.delivery={delivery}", *values)
             assert p.returncode == 0, p.stderr
             time.sleep(5)  # the old replicas' endpoints leave; the new config is loaded
             for r in range(args.rounds):
-                results[f"without webhook ({delivery} phase)"] += batch(
-                    c, api, release.OFF, args.pods, image, f"off{r}"
-                )
-                results[f"with webhook, {delivery}"] += batch(c, api, release.ON, args.pods, image, f"on{r}",
-                                                              delivery)  # fmt: skip
+                results[f"without webhook ({phase} phase)"] += batch(c, api, release.OFF, args.pods, image, f"off{r}")
+                results[f"with webhook, {phase}"] += batch(c, api, release.ON, args.pods, image, f"on{r}",
+                                                           delivery)  # fmt: skip
         out = {
             "pods_per_batch": args.pods,
             "rounds": args.rounds,
             "nodes": len(c.nodes),
             "cluster_up_s": c.timings.get("cluster up"),
+            **image_sizes(c),
             **{k: summary(v) for k, v in results.items()},
         }
     finally:
         c.down()
     print(f"pod create -> Running, {args.pods} pods at once x {args.rounds} rounds, {len(c.nodes)} nodes:")
-    print(f"{'':38} {'mean':>7} {'p50':>7} {'p95':>7} {'max':>7}")
+    print(f"{'':48} {'mean':>7} {'p50':>7} {'p95':>7} {'max':>7}")
     for k in ROWS:
         s = out[k]
-        print(f"{k:38} {s['mean_s']:>6.2f}s {s['p50_s']:>6.2f}s {s['p95_s']:>6.2f}s {s['max_s']:>6.2f}s")
+        print(f"{k:48} {s['mean_s']:>6.2f}s {s['p50_s']:>6.2f}s {s['p95_s']:>6.2f}s {s['max_s']:>6.2f}s")
     line = json.dumps(out)
     if args.out:
         args.out.write_text(line + "\n")

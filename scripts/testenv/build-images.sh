@@ -63,33 +63,27 @@ fi
 # 3. The webhook image, from deploy/Dockerfile as users build it.
 hash=$( (cat deploy/Dockerfile pyproject.toml setup.py README.md; find app -name '*.py' -o -name py.typed | sort | xargs cat) \
   | sha256sum | cut -c1-12)
-ref="localhost/hostnet-rdma:test-$hash"
-if [ ! -f "$OUT/webhook-$hash.tar" ]; then
-  log "buildah bud deploy/Dockerfile -> $ref"
-  # pip inside the build reaches PyPI through this machine's CA bundle.
-  buildah bud --quiet --pull=never --network host --layers \
-    --volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
-    --build-arg "BASE=$BASE_REF" -f deploy/Dockerfile -t "$ref" . >"$OUT/webhook-build.log" 2>&1 \
-    || { tail -30 "$OUT/webhook-build.log" >&2; exit 1; }
-  rm -f "$OUT"/webhook-*.tar
-  buildah push --quiet "$ref" "docker-archive:$OUT/webhook-$hash.tar.tmp:$ref"
-  mv "$OUT/webhook-$hash.tar.tmp" "$OUT/webhook-$hash.tar"
-fi
-ln -sf "webhook-$hash.tar" "$OUT/webhook.tar"
-echo "$ref" >"$OUT/webhook.ref"
+# dockerfile_target NAME REF [TARGET]: build deploy/Dockerfile (that target) as REF into
+# $OUT/NAME-$hash.tar, NAME.tar and NAME.ref.
+dockerfile_target() {
+  local name="$1" ref="$2" target="${3:-}"
+  if [ ! -f "$OUT/$name-$hash.tar" ]; then
+    log "buildah bud deploy/Dockerfile ${target:+--target $target }-> $ref"
+    # pip inside the build reaches PyPI through this machine's CA bundle.
+    buildah bud --quiet --pull=never --network host --layers ${target:+--target "$target"} \
+      --volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+      --build-arg "BASE=$BASE_REF" -f deploy/Dockerfile -t "$ref" . >"$OUT/$name-build.log" 2>&1 \
+      || { tail -30 "$OUT/$name-build.log" >&2; exit 1; }
+    rm -f "$OUT/$name"-*.tar
+    buildah push --quiet "$ref" "docker-archive:$OUT/$name-$hash.tar.tmp:$ref"
+    mv "$OUT/$name-$hash.tar.tmp" "$OUT/$name-$hash.tar"
+  fi
+  ln -sf "$name-$hash.tar" "$OUT/$name.tar"
+  echo "$ref" >"$OUT/$name.ref"
+}
+dockerfile_target webhook "localhost/hostnet-rdma:test-$hash"
 # Its `wrapper` target: the build stage is cached (--layers), so this adds seconds.
-wref="localhost/hostnet-rdma-wrapper:test-$hash"
-if [ ! -f "$OUT/wrapper-$hash.tar" ]; then
-  buildah bud --quiet --pull=never --network host --layers --target wrapper \
-    --volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
-    --build-arg "BASE=$BASE_REF" -f deploy/Dockerfile -t "$wref" . >"$OUT/wrapper-build.log" 2>&1 \
-    || { tail -30 "$OUT/wrapper-build.log" >&2; exit 1; }
-  rm -f "$OUT"/wrapper-*.tar
-  buildah push --quiet "$wref" "docker-archive:$OUT/wrapper-$hash.tar.tmp:$wref"
-  mv "$OUT/wrapper-$hash.tar.tmp" "$OUT/wrapper-$hash.tar"
-fi
-ln -sf "wrapper-$hash.tar" "$OUT/wrapper.tar"
-echo "$wref" >"$OUT/wrapper.ref"
+dockerfile_target wrapper "localhost/hostnet-rdma-wrapper:test-$hash" wrapper
 
 # 4. The training image.
 thash=$(cat tests/cluster/images/train.Dockerfile tests/cluster/images/torchrun | sha256sum | cut -c1-12)
