@@ -22,9 +22,9 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 log = logging.getLogger("hostnet_rdma.events")
 
@@ -82,7 +82,11 @@ def regarding(pod: dict[str, Any], namespace: str) -> Regarding | None:
     labels (their owner is one of its Jobs); otherwise the pod's controller. None for a pod
     with no owner: its creator gets the admission warnings directly."""
     meta = pod.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
+    return regarding_of(meta if isinstance(meta, dict) else {}, namespace)
+
+
+def regarding_of(meta: dict[str, Any], namespace: str) -> Regarding | None:
+    """regarding() from the pod's metadata."""
     labels = meta.get("labels")
     labels = labels if isinstance(labels, dict) else {}
     if labels.get(JOBSET_NAME) and labels.get(JOBSET_UID):
@@ -98,17 +102,18 @@ def regarding(pod: dict[str, Any], namespace: str) -> Regarding | None:
     return Regarding(str(ref["apiVersion"]), str(ref["kind"]), str(ref["name"]), str(ref["uid"]), namespace)
 
 
-@dataclass(frozen=True)
-class Admission:
-    """What one admission tells the recorder (built by app.review, read by the sender thread)."""
+class Admission(NamedTuple):
+    """What one admission tells the recorder, as the review had it: built on the event loop for
+    the cost of a tuple; the sender thread works out the rest (whose job, which reasons)."""
 
-    regarding: Regarding
+    metadata: dict[str, Any]  # the pod's, as the API server sent it (the review never changes it)
+    namespace: str
     launcher: str
     version: str
     mutated: bool
-    applied: tuple[str, ...]
+    applied: Sequence[str]
     profile: str
-    warnings: tuple[str, ...]
+    warnings: Sequence[str]
 
 
 @dataclass(frozen=True)
@@ -120,17 +125,20 @@ class Occurrence:
 
 
 def occurrences(a: Admission) -> list[Occurrence]:
+    about = regarding_of(a.metadata, a.namespace)
+    if about is None:
+        return []
     out: list[Occurrence] = []
     if a.mutated:
         steps = ", ".join(f"{s} (profile {a.profile})" if s == "nccl-env" else s for s in a.applied)
-        out.append(Occurrence(a.regarding, "Injected", "Normal",
+        out.append(Occurrence(about, "Injected", "Normal",
                               f"hostnet-rdma {a.version}, launcher {a.launcher}: {steps or 'no step'}"))  # fmt: skip
     seen: set[str] = set()
     for w in a.warnings:
         reason = reason_of(w)
         if reason not in seen:  # one per kind a pod; the note is the first such warning
             seen.add(reason)
-            out.append(Occurrence(a.regarding, reason, "Warning", w))
+            out.append(Occurrence(about, reason, "Warning", w))
     return out
 
 

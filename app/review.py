@@ -140,27 +140,30 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     name = str(meta.get("name") or meta.get("generateName") or "")
     if namespace and namespace != params.namespace:
         params = dataclasses.replace(params, namespace=namespace)
-    # Who gets an Event: the pod's job, on the first admission only (not a dry run, not a pod
-    # that already carries our status).
-    about: events.Regarding | None = None
-    if request.get("dryRun") is not True:
+    # An Event on the pod's job (app.events), on its first admission only: not a dry run, not
+    # a pod that already carries our status. Here only a tuple: the recorder's thread does the rest.
+    first = request.get("dryRun") is not True
+    if first:
         annotations = meta.get("annotations")
-        if not (isinstance(annotations, dict) and STATUS_ANNOTATION in annotations):
-            about = events.regarding(pod, namespace or params.namespace)
+        first = not (isinstance(annotations, dict) and STATUS_ANNOTATION in annotations)
     try:
         result: Result = mutate(pod, params)
     except (InvalidPod, UnsupportedPod) as e:
         msg = f"pod left unchanged: {e}"
-        told = None if about is None else events.Admission(about, "", params.version, False, (), "", (msg,))
+        told = (
+            events.Admission(meta, namespace or params.namespace, "", params.version, False, (), "", (msg,))
+            if first
+            else None
+        )
         return ReviewResult(
             build_response(uid, warnings=[msg]), "unsupported", uid=uid, namespace=namespace, name=name, warnings=[msg],
             admission=told,
         )  # fmt: skip
     launcher = result.info.launcher if result.info else ""
     told = None
-    if about is not None and result.info is not None and (result.changed or result.warnings):
-        told = events.Admission(about, launcher, params.version, result.changed, tuple(result.applied), result.profile,
-                                tuple(result.warnings))  # fmt: skip
+    if first and result.info is not None and (result.changed or result.warnings):
+        told = events.Admission(meta, namespace or params.namespace, launcher, params.version, result.changed,
+                                result.applied, result.profile, result.warnings)  # fmt: skip
     if not result.changed:
         return ReviewResult(
             build_response(uid, warnings=result.warnings),
@@ -178,7 +181,8 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     if size > params.config.max_patch_bytes:
         msg = (f"pod left unchanged: its patch would be {size} bytes, over the bound of "
                f"{params.config.max_patch_bytes} (config limits.maxPatchBytes)")  # fmt: skip
-        told = None if about is None else events.Admission(about, launcher, params.version, False, (), "", (msg,))
+        if told is not None:  # what was recorded as done was not: only this warning
+            told = told._replace(mutated=False, applied=(), warnings=(msg,))
         return ReviewResult(build_response(uid, warnings=[msg]), "unsupported", launcher, uid, namespace, name, [msg],
                             told)  # fmt: skip
     return ReviewResult(

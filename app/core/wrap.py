@@ -320,15 +320,19 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         # One packed setting; a name the container already declares keeps getting our value
         # under that name too (so the two never disagree), as does a value with a ";".
         packed: dict[str, str] = {}
-        # The wrapper writes why it refuses to start where the kubelet reads the container's
-        # termination message: sent only for a path other than the kubelet's default.
-        path = c.get("terminationMessagePath")
-        mine = {names.ENV_TERMINATION_LOG: path} if isinstance(path, str) and path != TERMINATION_LOG else {}
-        for key, value in {**owned, **mine}.items():
+        for key, value in owned.items():
             if env.get(key) is not None or ";" in value:
                 env.set_owned(key, value)
             elif implied.get(key) != value:
                 packed[key] = value
+        # The wrapper writes why it refuses to start where the kubelet reads the container's
+        # termination message: sent only for a path other than the kubelet's default.
+        path = c.get("terminationMessagePath")
+        if isinstance(path, str) and path != TERMINATION_LOG:
+            if env.get(names.ENV_TERMINATION_LOG) is not None or ";" in path:
+                env.set_owned(names.ENV_TERMINATION_LOG, path)
+            else:
+                packed[names.ENV_TERMINATION_LOG] = path
         if not c.get("command") and not is_wrapped(c):
             _pet_fallback(c, env, ctx, owned)
             continue

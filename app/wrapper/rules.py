@@ -586,10 +586,9 @@ def _decide_is_host(argv: Argv, env: Mapping[str, str], plan: Plan, here: Option
         return
     if not identities:
         return  # not a pod the webhook described: nothing to match against
-    peers = split_list(env.get(ENV_PEERS, ""))
     if host in identities:
         is_host = "true"
-    elif not is_ip(host) and names_a_pod(host, identities, peers):
+    elif not is_ip(host) and names_a_pod(host, identities, split_list(env.get(ENV_PEERS, ""))):
         is_host = "false"  # another pod of the job, by its DNS name (never by address)
     else:
         # An IP address, the node's host name, a Service or another name: no pod is named, so
