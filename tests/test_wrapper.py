@@ -285,9 +285,14 @@ def test_expand_missing_var_is_none() -> None:
 
 def test_missing_default_nnodes_is_reported() -> None:
     env = {k: v for k, v in VOLCANO.items() if k != "VC_WORKER_NUM"}
-    args, plan = w.merge(["t.py"], env)
+    args, plan = w.merge(["t.py"], env)  # at admission: known only at run time, said
     assert not any(a.startswith("--nnodes") for a in args)
-    assert any("VC_WORKER_NUM" in n for n in plan.notes)
+    assert any("VC_WORKER_NUM" in n for n in plan.notes) and not plan.fatal
+    # In the pod the count is still missing: refuse rather than train alone.
+    _, plan = w.merge(["t.py"], env, w.here({}, wait=False))
+    assert plan.nnodes == "?" and "${VC_MASTER_NUM}+${VC_WORKER_NUM} needs env" in plan.fatal
+    _, plan = w.merge(["--nnodes=2", "t.py"], env, w.here({}, wait=False))
+    assert not plan.fatal
 
 
 def test_missing_default_endpoint_is_reported() -> None:

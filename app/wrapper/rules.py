@@ -534,8 +534,14 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
             plan.added["--nnodes"] = nnodes
         else:
             plan.unexpanded["--nnodes"] = template
-            plan.notes.append("default --nnodes needs env that is not set: " + template)
             several = True  # a launcher that counts its pods at run time runs several
+            if here is None:  # admission: such values exist only in the running container
+                plan.notes.append("default --nnodes needs env that is not set: " + template)
+            else:
+                plan.fatal = (
+                    f"--nnodes not given, and the launcher's count {template} needs env this container does "
+                    "not have: torchrun's default (1 node) would train it alone. Pass --nnodes=N"
+                )
     plan.nnodes = nnodes or ("?" if several else "1")
     several = several or max_nodes(plan.nnodes) > 1
 
