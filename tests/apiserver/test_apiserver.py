@@ -266,7 +266,7 @@ def test_helm_installed_the_configuration_under_test(kube: Kube, webhook: Webhoo
         assert hook["clientConfig"]["service"]["name"] == WEBHOOK_CONFIG
     else:
         assert hook["clientConfig"]["url"] == webhook.url
-    assert hook["sideEffects"] == "None" and hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["sideEffects"] == "NoneOnDryRun" and hook["reinvocationPolicy"] == "IfNeeded"
     assert hook["matchPolicy"] == "Equivalent" and hook["rules"][0]["operations"] == ["CREATE"]
 
 
