@@ -262,7 +262,7 @@ def test_auto_delivery_follows_the_cluster_version_and_uses_the_chart_image(kube
 
 
 def test_image_volume_of_the_webhook_image_when_no_wrapper_image_is_given() -> None:
-    p = template("--set", "wrapperImage.repository=")
+    p = template("--set", "wrapperImage.useWebhookImage=true")
     cm = next(d for d in yaml.safe_load_all(p.stdout) if d and d["kind"] == "ConfigMap")
     wrapper = yaml.safe_load(cm["data"]["config.yaml"])["wrapper"]
     assert wrapper["delivery"] == "imageVolume" and wrapper["imageSubPath"] == "wrapper"
@@ -275,3 +275,14 @@ def test_an_explicit_delivery_is_kept() -> None:
     p = template("--set", "config.wrapper.delivery=initContainer")
     cm = next(d for d in yaml.safe_load_all(p.stdout) if d and d["kind"] == "ConfigMap")
     assert yaml.safe_load(cm["data"]["config.yaml"])["wrapper"]["delivery"] == "initContainer"
+
+
+def test_the_wrapper_image_follows_the_webhook_image_to_the_users_registry() -> None:
+    """Pointing the chart at one's own registry moves the wrapper image too: the image volume
+    is never pulled from a registry the user did not choose."""
+    p = template("--set", "image.repository=registry.example.com/hr", "--set-string", "image.tag=9")
+    cm = next(d for d in yaml.safe_load_all(p.stdout) if d and d["kind"] == "ConfigMap")
+    assert yaml.safe_load(cm["data"]["config.yaml"])["wrapper"]["image"] == "registry.example.com/hr-wrapper:9"
+    p = template("--set", "wrapperImage.repository=mirror.example/w", "--set-string", "wrapperImage.tag=2")
+    cm = next(d for d in yaml.safe_load_all(p.stdout) if d and d["kind"] == "ConfigMap")
+    assert yaml.safe_load(cm["data"]["config.yaml"])["wrapper"]["image"] == "mirror.example/w:2"

@@ -244,7 +244,6 @@ def _fabric_mode(ctx: Context) -> str:
     return ctx.params.config.fabric_preflight
 
 
-TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
 _NODE_COUNT = re.compile(r"[0-9]+(:[0-9]+)?")
 
 
@@ -328,7 +327,7 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         # The wrapper writes why it refuses to start where the kubelet reads the container's
         # termination message: sent only for a path other than the kubelet's default.
         path = c.get("terminationMessagePath")
-        if isinstance(path, str) and path != TERMINATION_LOG:
+        if isinstance(path, str) and path != rules.TERMINATION_LOG:
             if env.get(names.ENV_TERMINATION_LOG) is not None or ";" in path:
                 env.set_owned(names.ENV_TERMINATION_LOG, path)
             else:

@@ -53,6 +53,7 @@ ENV_SYSFS_ROOT = "HOSTNET_RDMA_SYSFS_ROOT"
 # Where the wrapper writes why it refused to start (the container's terminationMessagePath,
 # set by the webhook only when the container names another path than /dev/termination-log).
 ENV_TERMINATION_LOG = "HOSTNET_RDMA_TERMINATION_LOG"
+TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
 # Set by the wrapper on the process it execs, so the start-up hook does not handle it twice.
 ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
 # What the webhook decided for the pod, in one variable: `key=value` pairs joined by ";", each

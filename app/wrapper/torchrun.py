@@ -359,16 +359,15 @@ def refuse(plan: rules.Plan, env: Mapping[str, str], error: PreflightError) -> N
     termination_message(f"{PREFIX}: {error}", env)
 
 
-# The kubelet's default terminationMessagePath: what it reads into the container's status
-# (`kubectl describe pod`: Last State ... Message) when the container ends.
-TERMINATION_LOG = "/dev/termination-log"
+# The kubelet reads the termination message file (rules.TERMINATION_LOG unless the container
+# names another) into the container's status when it ends (`kubectl describe pod`: Message).
 TERMINATION_MAX = 4096  # the kubelet keeps at most this much of it
 
 
 def termination_message(message: str, env: Mapping[str, str]) -> None:
     """The cause of a refusal where `kubectl describe pod` shows it, besides the log. Only into
     the file the kubelet mounted (never created: outside a pod there is none)."""
-    path = env.get(rules.ENV_TERMINATION_LOG) or TERMINATION_LOG
+    path = env.get(rules.ENV_TERMINATION_LOG) or rules.TERMINATION_LOG
     if not os.path.isfile(path):
         return
     data = message.encode("utf-8", "replace")[:TERMINATION_MAX]

@@ -108,7 +108,7 @@ def batch(
 # phase -> (delivery, extra chart values)
 PHASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "imageVolume": ("imageVolume", ()),
-    "imageVolume, webhook image": ("imageVolume", ("wrapperImage.repository=",)),
+    "imageVolume, webhook image": ("imageVolume", ("wrapperImage.useWebhookImage=true",)),
     "initContainer": ("initContainer", ()),
     "inline": ("inline", ()),
 }

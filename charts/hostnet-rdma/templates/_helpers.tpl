@@ -30,7 +30,10 @@ app.kubernetes.io/component: webhook
 {{- end }}
 
 {{- define "hostnet-rdma.wrapperImage" -}}
-{{- printf "%s:%s" .Values.wrapperImage.repository (default .Chart.AppVersion .Values.wrapperImage.tag) -}}
+{{- /* Beside the webhook's image by default: a user who points image.repository at their
+registry gets the wrapper image from there too, never from a registry they did not choose. */}}
+{{- $repository := .Values.wrapperImage.repository | default (printf "%s-wrapper" .Values.image.repository) -}}
+{{- printf "%s:%s" $repository (.Values.wrapperImage.tag | default .Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
 {{- define "hostnet-rdma.tlsSecret" -}}
