@@ -27,8 +27,9 @@ from app import tls
 log = logging.getLogger("hostnet_rdma.certs")
 
 # Callers catch this without importing the client themselves (tests/test_contracts.py).
-__all__ = ["ApiException", "EventSender", "SelfManagedCerts", "api_client", "context_namespace", "excluded_namespaces",
-           "namespace_labels", "pod_log", "read_pod"]  # fmt: skip
+__all__ = ["ApiException", "EventSender", "Objects", "SelfManagedCerts", "api_client", "context_namespace",
+           "excluded_namespaces", "list_pods", "mutating_webhook_configurations", "namespace_labels", "pod_log",
+           "read_pod"]  # fmt: skip
 
 CA_KEY = "ca.key"
 
@@ -220,9 +221,89 @@ def excluded_namespaces(api: client.ApiClient, webhook_config: str) -> tuple[str
     return tuple(names)
 
 
-def pod_log(api: client.ApiClient, namespace: str, name: str, container: str | None) -> str:
-    text: str = client.CoreV1Api(api).read_namespaced_pod_log(name, namespace, container=container)
+def pod_log(api: client.ApiClient, namespace: str, name: str, container: str | None, previous: bool = False) -> str:
+    text: str = client.CoreV1Api(api).read_namespaced_pod_log(name, namespace, container=container, previous=previous)
     return text
+
+
+def list_pods(api: client.ApiClient, namespace: str, selector: str) -> list[dict[str, Any]]:
+    """The pods matching a label selector, as raw JSON, by name."""
+    resp: Any = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+    items: list[dict[str, Any]] = json.loads(resp.data)["items"]
+    return sorted(items, key=lambda p: str(p["metadata"]["name"]))
+
+
+def mutating_webhook_configurations(api: client.ApiClient) -> list[dict[str, Any]]:
+    resp: Any = client.AdmissionregistrationV1Api(api).list_mutating_webhook_configuration(_preload_content=False)
+    items: list[dict[str, Any]] = json.loads(resp.data)["items"]
+    return items
+
+
+class Objects:
+    """Objects of any kind the cluster serves, by apiVersion and kind (the client's dynamic
+    client: discovery per group, on first use), as raw dicts."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        from kubernetes.dynamic import DynamicClient
+
+        self.api = api
+        self.dynamic = DynamicClient(api)  # type: ignore[no-untyped-call]
+
+    def served(self, api_version: str, kind: str) -> bool:
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        try:
+            self.dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            return False
+        return True
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        namespace = obj.get("metadata", {}).get("namespace")
+        created: Any = resource.create(body=obj, namespace=namespace)
+        out: dict[str, Any] = created.to_dict()
+        return out
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        try:
+            found: Any = resource.get(name=name, namespace=namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        out: dict[str, Any] = found.to_dict()
+        return out
+
+    def create_namespace(self, name: str, labels: dict[str, str]) -> None:
+        body = client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels))
+        client.CoreV1Api(self.api).create_namespace(body)
+
+    def delete_namespace(self, name: str) -> None:
+        try:
+            client.CoreV1Api(self.api).delete_namespace(name, propagation_policy="Background")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def service_account_exists(self, namespace: str, name: str = "default") -> bool:
+        try:
+            client.CoreV1Api(self.api).read_namespaced_service_account(name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+    def namespace_exists(self, name: str) -> bool:
+        try:
+            client.CoreV1Api(self.api).read_namespace(name)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
 
 
 class EventSender:

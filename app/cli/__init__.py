@@ -5,9 +5,10 @@ mutate   print a pod file exactly as the webhook would change it
 explain  why a pod was, or would be, mutated or not
 verify   check a training pod's log: NCCL over IB with GDRDMA, the wrapper's line
 doctor   check a node's RDMA fabric against an NCCL profile
+e2e      run a 2-node job per launcher through the webhook and check it end to end
 
 As a kubectl plugin (the `kubectl-hostnet_rdma` executable this package installs):
-`kubectl hostnet-rdma explain|mutate|verify|doctor ...`, with kubectl's --kubeconfig, --context
+`kubectl hostnet-rdma explain|mutate|verify|doctor|e2e ...`, with kubectl's --kubeconfig, --context
 and -n/--namespace anywhere on the line.
 """
 
@@ -19,9 +20,9 @@ from __future__ import annotations
 import argparse
 
 from app import __version__
-from app.cli import doctor, explain, mutate, serve, verify
+from app.cli import doctor, e2e, explain, mutate, serve, verify
 
-COMMANDS = (serve, mutate, explain, verify, doctor)
+COMMANDS = (serve, mutate, explain, verify, doctor, e2e)
 
 
 def build_parser(prog: str = "hostnet-rdma") -> argparse.ArgumentParser:
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 # What the kubectl plugin offers (serving the webhook is not a kubectl job), and which of
 # kubectl's global flags each command takes.
 PLUGIN_COMMANDS = {"explain": ("-n", "--kubeconfig", "--context"), "verify": ("-n", "--kubeconfig", "--context"),
-                   "mutate": ("-n",), "doctor": ()}  # fmt: skip
+                   "mutate": ("-n",), "doctor": (), "e2e": ("--kubeconfig", "--context")}  # fmt: skip
 
 
 def kubectl_main(argv: list[str] | None = None) -> int:
@@ -69,7 +70,8 @@ def kubectl_main(argv: list[str] | None = None) -> int:
         if value is None:
             continue
         if flag not in PLUGIN_COMMANDS[command]:
-            print(f"hostnet-rdma: error: {command} does not read the cluster: {flag} does not apply", file=sys.stderr)
+            why = "does not read the cluster" if "--context" not in PLUGIN_COMMANDS[command] else "has no use for it"
+            print(f"hostnet-rdma: error: {command} {why}: {flag} does not apply", file=sys.stderr)
             return 2
         forwarded += [flag, value]
     at = rest.index(command) + 1

@@ -1,0 +1,225 @@
+"""The e2e run against a live cluster: find the installed webhook and the launchers the
+cluster serves, create a namespace opted in the way that webhook selects, submit one job per
+launcher (all at once: each has its own port), follow their pods until each completes, fails
+or runs out of time, judge them (outcome.py) and delete the namespace.
+
+The webhook is used as installed: its namespace and pod selectors give the labels, so a chart
+installed with other values is exercised as it is.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from importlib import resources
+from typing import Any
+
+from app import kube
+from app.e2e import outcome
+from app.e2e.jobs import JOB_LABEL, LAUNCHERS, Params, job_name, manifests, script_configmap
+
+WEBHOOK = "pods.hostnet-rdma.io"  # the chart's webhook name (mutatingwebhookconfiguration.yaml)
+CONTAINERS = {"pytorchjob": "pytorch", "trainjob": "node", "volcano": "worker"}  # else "trainer"
+# What each launcher needs served besides its job kind.
+ALSO_NEEDS = {
+    "trainjob": [("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"), ("jobset.x-k8s.io/v1alpha2", "JobSet")]
+}
+# The launcher name the wrapper reports for each job shape.
+WRAPPER_LAUNCHER = {"trainjob": "trainjob"}
+
+
+class E2EError(Exception):
+    """The run cannot start (no webhook, no cluster access): exit 2 with this message."""
+
+
+@dataclass(frozen=True)
+class Options:
+    params: Params  # namespace filled in by the run
+    launchers: Sequence[str] | None = None  # None: every launcher the cluster serves
+    timeout: float = 600.0
+    keep: bool = False
+    poll: float = 2.0
+
+
+def opt_in_labels(api: Any) -> tuple[dict[str, str], dict[str, str]]:
+    """(namespace labels, pod labels) that the installed webhook selects, from its
+    MutatingWebhookConfiguration: `In` expressions and matchLabels of both selectors."""
+    for mwc in kube.mutating_webhook_configurations(api):
+        for hook in mwc.get("webhooks") or []:
+            if hook.get("name") != WEBHOOK:
+                continue
+            ns_labels: dict[str, str] = {}
+            pod_labels: dict[str, str] = {}
+            for selector, out in ((hook.get("namespaceSelector") or {}, ns_labels),
+                                  (hook.get("objectSelector") or {}, pod_labels)):  # fmt: skip
+                out.update(selector.get("matchLabels") or {})
+                for expr in selector.get("matchExpressions") or []:
+                    if expr.get("operator") == "In" and expr.get("values"):
+                        out[expr["key"]] = expr["values"][0]
+            return ns_labels, pod_labels
+    raise E2EError(
+        f"the hostnet-rdma webhook is not installed on this cluster (no MutatingWebhookConfiguration has a webhook "
+        f"named {WEBHOOK}): install the chart first (README: Install)"
+    )
+
+
+def present(objects: kube.Objects) -> dict[str, bool]:
+    out: dict[str, bool] = {}
+    for name, ln in LAUNCHERS.items():
+        needs = [(ln.api_version, ln.kind), *ALSO_NEEDS.get(name, [])]
+        out[name] = all(objects.served(v, k) for v, k in needs)
+    return out
+
+
+def script() -> str:
+    return resources.files("app.e2e").joinpath("train.py").read_text()
+
+
+class Follow:
+    """One job: submit, poll its pods and logs until it is decided."""
+
+    def __init__(self, api: Any, objects: kube.Objects, launcher: str, params: Params, timeout: float,
+                 poll: float) -> None:  # fmt: skip
+        self.api, self.objects, self.launcher, self.params = api, objects, launcher, params
+        self.timeout, self.poll = timeout, poll
+        self.name = job_name(launcher)
+        self.container = CONTAINERS.get(launcher, "trainer")
+        self.result: outcome.Result | None = None
+
+    def logs(self, pods: list[dict[str, Any]]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for pod in pods:
+            status = outcome.training_container(pod, self.container)
+            if status is None or not ({"running", "terminated"} & set(status.get("state") or {})):
+                continue
+            name = pod["metadata"]["name"]
+            try:
+                out[name] = kube.pod_log(self.api, self.params.namespace, name, self.container)
+                if status.get("restartCount"):
+                    out[name] = kube.pod_log(self.api, self.params.namespace, name, self.container,
+                                             previous=True) + out[name]  # fmt: skip
+            except kube.ApiException:
+                continue  # the container is between states; read it next time
+        return out
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        try:
+            for obj in manifests(self.launcher, self.params):
+                self.objects.create(obj)
+        except kube.ApiException as e:
+            self.result = outcome.Result(self.launcher, "failed", detail=f"creating the job: {_api_error(e)}")
+            return
+        world = self.params.nodes * self.params.nproc_per_node
+        selector = f"{JOB_LABEL}={self.name}"
+        state = outcome.Progress("running", "no pods yet")
+        pods: list[dict[str, Any]] = []
+        logs: dict[str, str] = {}
+        while time.monotonic() - t0 < self.timeout:
+            try:
+                pods = kube.list_pods(self.api, self.params.namespace, selector)
+                logs = self.logs(pods)
+            except kube.ApiException as e:
+                state = outcome.Progress("running", f"reading pods: {_api_error(e)}")
+            else:
+                state = outcome.progress(pods, logs, self.container, world)
+                if state.state != "running":
+                    break
+            time.sleep(self.poll)
+        seconds = time.monotonic() - t0
+        if state.state == "completed":
+            self.result = outcome.judge(
+                self.launcher, WRAPPER_LAUNCHER.get(self.launcher, self.launcher), pods, logs, self.container,
+                self.params.nodes, world, self.params.backend == "nccl", seconds,
+            )  # fmt: skip
+            return
+        what = "timed out" if state.state == "running" else "failed"
+        detail = state.detail
+        if what == "timed out":
+            detail = f"after {self.timeout:.0f}s: {detail}{self.job_status()}"
+        self.result = outcome.Result(self.launcher, what, seconds=round(seconds, 1), detail=detail)
+
+    def job_status(self) -> str:
+        """The job object's own word on it (conditions, Volcano's phase), for a timeout."""
+        ln = LAUNCHERS[self.launcher]
+        try:
+            obj = self.objects.get(ln.api_version, ln.kind, self.params.namespace, self.name)
+        except kube.ApiException:
+            return ""
+        status = (obj or {}).get("status") or {}
+        said = [f"{c.get('type')}={c.get('status')}: {c.get('message') or c.get('reason') or ''}".rstrip(": ")
+                for c in status.get("conditions") or []]  # fmt: skip
+        phase = (status.get("state") or {}).get("phase")
+        if phase:
+            said.append(f"phase {phase}")
+        return f"; {ln.kind} status: {', '.join(said)}" if said else ""
+
+
+def _api_error(e: Any) -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    if isinstance(body, str) and '"message"' in body:
+        import json
+
+        try:
+            return str(json.loads(body).get("message"))
+        except ValueError:
+            pass
+    return f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip()
+
+
+def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Result]:
+    ns_labels, pod_labels = opt_in_labels(api)
+    objects = kube.Objects(api)
+    served = present(objects)
+    wanted = list(opts.launchers) if opts.launchers is not None else list(LAUNCHERS)
+    results: dict[str, outcome.Result] = {}
+    for name in wanted:
+        if not served[name]:
+            ln = LAUNCHERS[name]
+            results[name] = outcome.Result(name, "not present", detail=(
+                f"{ln.installs} is not installed here (the API server serves no {ln.kind} of {ln.api_version})"))  # fmt: skip
+    runnable = [n for n in wanted if served[n]]
+    namespace = opts.params.namespace or f"hostnet-rdma-e2e-{secrets.token_hex(3)}"
+    params = replace(opts.params, namespace=namespace, inject_labels=pod_labels or opts.params.inject_labels)
+    if runnable:
+        say(f"namespace {namespace}: {', '.join(runnable)} ({params.nodes} nodes x {params.nproc_per_node} "
+            f"{params.backend} ranks each, timeout {opts.timeout:.0f}s)")  # fmt: skip
+        labels = {**ns_labels, "pod-security.kubernetes.io/enforce": "privileged", "app.kubernetes.io/created-by":
+                  "hostnet-rdma-e2e"}  # fmt: skip
+        objects.create_namespace(namespace, labels)
+        try:
+            _wait_for_service_account(objects, namespace)
+            objects.create(script_configmap(params, script()))
+            follows = [Follow(api, objects, n, params, opts.timeout, opts.poll) for n in runnable]
+            threads = [threading.Thread(target=f.run, name=f"e2e-{f.launcher}", daemon=True) for f in follows]
+            for t in threads:
+                t.start()
+            for f, t in zip(follows, threads, strict=True):
+                t.join()
+                assert f.result is not None
+                results[f.launcher] = f.result
+                say(f"{f.launcher}: {f.result.outcome}" + (f" in {f.result.seconds:.0f}s" if f.result.seconds else ""))
+        finally:
+            if opts.keep:
+                say(f"namespace {namespace} kept (--keep): kubectl delete namespace {namespace}")
+            else:
+                objects.delete_namespace(namespace)
+                deadline = time.monotonic() + 120
+                while objects.namespace_exists(namespace) and time.monotonic() < deadline:
+                    time.sleep(1)
+                say(f"namespace {namespace} deleted")
+    return [results[n] for n in wanted]
+
+
+def _wait_for_service_account(objects: kube.Objects, namespace: str, timeout: float = 60) -> None:
+    """Pods are refused until the namespace's default ServiceAccount exists."""
+    deadline = time.monotonic() + timeout
+    while not objects.service_account_exists(namespace):
+        if time.monotonic() > deadline:
+            raise E2EError(f"namespace {namespace} got no default ServiceAccount in {timeout:.0f}s")
+        time.sleep(0.5)

@@ -1,0 +1,239 @@
+"""The e2e suite's pure parts: the job shapes, the verdict from pods and logs, the report, the
+command line. The jobs themselves run on the cluster tier (tests/cluster/test_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.cli import build_parser, kubectl_main, main
+from app.core.mutate import mutate
+from app.core.params import Params as CoreParams
+from app.e2e import jobs, outcome
+from app.e2e.jobs import JOB_LABEL, LAUNCHERS, Params
+
+LOGS = Path(__file__).parent / "logs"
+P = Params(namespace="e2e", image="train:1", host_paths=("/site/a", "/site/b"))
+
+
+def templates(x: Any) -> list[dict[str, Any]]:
+    """Every pod template in a manifest tree."""
+    found: list[dict[str, Any]] = []
+    if isinstance(x, dict):
+        spec = x.get("spec")
+        if isinstance(spec, dict) and "containers" in spec and "metadata" in x and "apiVersion" not in x:
+            found.append(x)
+        for v in x.values():
+            found += templates(v)
+    elif isinstance(x, list):
+        for v in x:
+            found += templates(v)
+    return found
+
+
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_every_job_is_written_as_users_write_it(launcher: str) -> None:
+    docs = jobs.manifests(launcher, P)
+    assert [d["metadata"]["namespace"] for d in docs] == ["e2e"] * len(docs)
+    (tmpl,) = templates(docs)
+    spec = tmpl["spec"]
+    assert tmpl["metadata"]["labels"] == {"hostnet-rdma.io/inject": "enabled", JOB_LABEL: jobs.job_name(launcher)}
+    assert spec["hostNetwork"] is True
+    # What the webhook is there to add is not written by the job.
+    assert "dnsPolicy" not in spec
+    (c,) = spec["containers"]
+    command = " ".join(c["command"])
+    assert "torchrun" in command and jobs.SCRIPT in command
+    assert not re.search(r"is_host|--local-addr|--rdzv-id", command)
+    assert {e["name"]: e["value"] for e in c["env"]}["PYTHONPATH"] == (
+        "/opt/hostnet-rdma-e2e/site-0:/opt/hostnet-rdma-e2e/site-1"
+    )
+    assert "resources" not in c  # CPU run
+    anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["labelSelector"]["matchLabels"] == {JOB_LABEL: jobs.job_name(launcher)}
+
+
+def test_each_job_binds_its_own_store_port() -> None:
+    """All jobs run side by side on the same host-network nodes."""
+    ports = [ln.port for ln in LAUNCHERS.values()]
+    assert len(set(ports)) == len(ports)
+
+
+def test_gpus_give_a_resource_limit_and_nccl_debug() -> None:
+    p = Params(namespace="e2e", image="i", gpus_per_node=8, nproc_per_node=8, backend="nccl")
+    for launcher in LAUNCHERS:
+        docs = jobs.manifests(launcher, p)
+        (c,) = templates(docs)[0]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in c["env"]}
+        assert env["NCCL_DEBUG"] == "INFO" and env["HOSTNET_RDMA_E2E_BACKEND"] == "nccl"
+        if launcher == "trainjob":  # Trainer takes resources from the TrainJob
+            assert docs[1]["spec"]["trainer"]["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": 8}}
+        else:
+            assert c["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+            assert "--nproc-per-node=8" in " ".join(c["command"])
+
+
+def test_the_core_wraps_the_indexed_job_pod() -> None:
+    """The Job's pod, as the Job controller makes it, is one the webhook mutates."""
+    _, job = jobs.manifests("job", P)
+    tmpl = job["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "e2e-job-0-abcde", "namespace": "e2e", "labels": {
+               **tmpl["metadata"]["labels"], "batch.kubernetes.io/job-completion-index": "0",
+               "job-name": "e2e-job"},
+               "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+               "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "e2e-job", "uid": "u-1",
+                                    "controller": True}]},
+           "spec": {**tmpl["spec"], "hostname": "e2e-job-0"}}  # fmt: skip
+    out = mutate(pod, CoreParams(namespace="e2e", version="test", wrapper_payload="<wrapper-payload>"))
+    assert out.pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet" and out.warnings == []
+    status = json.loads(out.pod["metadata"]["annotations"]["hostnet-rdma.io/injected"])
+    assert status["launcher"] == "job" and "skipped" not in status, status
+
+
+def test_the_script_prints_the_lines_the_verdict_reads() -> None:
+    text = (Path(jobs.__file__).parent / "train.py").read_text()
+    assert f'OK, FAIL = "{outcome.OK}", "{outcome.FAIL}"' in text
+    assert "from app" not in text and "import app" not in text  # it runs in the user's image
+
+
+# ------------------------------------------------------------------------------ verdict
+
+
+def pod(name: str, exit_code: int | None = None, message: str = "", restarts: int = 0, **status: Any) -> dict[str, Any]:
+    state: dict[str, Any] = {"running": {}}
+    if exit_code is not None:
+        state = {
+            "terminated": {"exitCode": exit_code, "message": message, "reason": "Error" if exit_code else "Completed"}
+        }
+    return {"metadata": {"name": name, "annotations": {"hostnet-rdma.io/injected": '{"launcher":"job","version":"0.1.0"}'}},
+            "spec": {"containers": [{"name": "trainer", "env": []}]},
+            "status": {"phase": "Running", "containerStatuses": [
+                {"name": "trainer", "state": state, "restartCount": restarts}], **status}}  # fmt: skip
+
+
+def wrapper(launcher: str = "job", is_host: str = "false", backend: str = "c10d") -> str:
+    return (f"hostnet-rdma: launcher={launcher} backend={backend} is_host={is_host} local_addr=a endpoint=e:1 "
+            "rdzv_id=x nnodes=2 gloo_socket_ifname=eth0\n")  # fmt: skip
+
+
+def ok(rank: int, world: int) -> str:
+    return f"{outcome.OK} rank={rank} world={world} node=n backend=gloo busbw_gbps=0.{rank + 1}\n"
+
+
+def test_completed_only_when_every_pod_joined_the_world() -> None:
+    pods = [pod("p-0"), pod("p-1")]
+    half = {"p-0": wrapper(is_host="true") + ok(0, 2)}
+    assert outcome.progress(pods, half, "trainer", 2).state == "running"
+    both = {**half, "p-1": wrapper() + ok(1, 2)}
+    assert outcome.progress(pods, both, "trainer", 2) == outcome.Progress("completed")
+    r = outcome.judge("job", "job", pods, both, "trainer", 2, 2, False, 12.34)
+    assert r.ok and r.store_hosts == ["p-0"] and r.world == 2 and r.rendezvous == "c10d", r
+    assert r.busbw_gbps == 0.1 and r.seconds == 12.3 and r.nccl.startswith("n/a") and r.webhook == "0.1.0"
+
+
+def test_pods_that_trained_alone_fail() -> None:
+    """The worst outcome: each node its own world. It completes, and is reported as failed."""
+    pods = [pod("p-0"), pod("p-1")]
+    logs = {"p-0": wrapper(is_host="true") + ok(0, 1), "p-1": wrapper(is_host="true") + ok(0, 1)}
+    assert outcome.progress(pods, logs, "trainer", 2).state == "completed"
+    r = outcome.judge("job", "job", pods, logs, "trainer", 2, 2, False, 1)
+    assert not r.ok
+    assert "trains alone" in r.detail and "2 store hosts" in r.detail
+
+
+def test_an_unwrapped_torchrun_or_the_wrong_launcher_fails() -> None:
+    pods = [pod("p-0"), pod("p-1")]
+    logs = {"p-0": ok(0, 2), "p-1": wrapper("pod") + ok(1, 2)}
+    r = outcome.judge("job", "job", pods, logs, "trainer", 2, 2, False, 1)
+    assert "p-0: torchrun was not wrapped" in r.detail and "launcher pod, not job" in r.detail
+
+
+def test_static_rendezvous_names_rank_zeros_pod() -> None:
+    pods = [pod("n-0"), pod("n-1")]
+    logs = {"n-0": wrapper("trainjob", "-", "static") + ok(0, 2), "n-1": wrapper("trainjob", "-", "static") + ok(1, 2)}
+    r = outcome.judge("trainjob", "trainjob", pods, logs, "trainer", 2, 2, False, 1)
+    assert r.ok and r.store_hosts == ["n-0"] and r.rendezvous == "static"
+
+
+def test_a_refusal_fails_at_once_with_its_termination_message() -> None:
+    cause = "hostnet-rdma: the rendezvous endpoint host 'x' did not resolve within 5s"
+    pods = [pod("p-0", exit_code=1, message=cause), pod("p-1")]
+    got = outcome.progress(pods, {}, "trainer", 2)
+    assert got == outcome.Progress("failed", f"p-0: exit 1: {cause}")
+
+
+def test_a_restart_or_fail_line_is_a_failure() -> None:
+    p = pod("p-0", restarts=1)
+    p["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    assert outcome.progress([p], {"p-0": "x\n"}, "trainer", 2).detail == "p-0: exit 137: x"
+    fail = f"{outcome.FAIL} rank=1 world=2 all_reduce gave 1.0, expected 3.0"
+    assert outcome.progress([pod("p-1")], {"p-1": fail}, "trainer", 2).detail == f"p-1: {fail}"
+
+
+def test_a_waiting_pod_says_why() -> None:
+    unscheduled = pod("p-0", conditions=[{"type": "PodScheduled", "status": "False",
+                                          "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}])  # fmt: skip
+    del unscheduled["status"]["containerStatuses"]
+    got = outcome.progress([unscheduled], {}, "trainer", 2)
+    assert got.state == "running" and "Insufficient nvidia.com/gpu" in got.detail
+    bad = pod("p-1")
+    bad["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "InvalidImageName", "message": "bad"}}
+    assert outcome.progress([bad], {}, "trainer", 2) == outcome.Progress("failed", "p-1: waiting: InvalidImageName bad")
+
+
+def test_nccl_verdict_is_verify_of_each_pods_log() -> None:
+    pods = [pod("p-0"), pod("p-1")]
+    good = (LOGS / "good.log").read_text()
+    assert outcome.nccl_verdict(pods, {"p-0": good, "p-1": good}, "trainer").startswith("PASS")
+    sockets = (LOGS / "socket-fallback.log").read_text()
+    got = outcome.nccl_verdict(pods, {"p-0": good, "p-1": sockets}, "trainer")
+    assert got.startswith("FAIL: p-1: transport") and "p-0" not in got
+
+
+def test_the_table_reports_absent_launchers_apart() -> None:
+    rows = [
+        outcome.Result("job", "passed", 21.0, ["e2e-job-0"], "c10d", 2, 0.5, "n/a (gloo on CPU)"),
+        outcome.Result("volcano", "not present", detail="Volcano is not installed here"),
+    ]
+    text = outcome.table(rows)
+    lines = text.splitlines()
+    assert lines[0].split() == ["LAUNCHER", "RESULT", "TIME", "STORE", "HOST", "WORLD", "BUSBW", "NCCL"]
+    assert lines[1].split()[:5] == ["job", "passed", "21s", "e2e-job-0", "(c10d)"]
+    assert lines[2].split()[:3] == ["volcano", "not", "present"]
+    assert "  volcano: Volcano is not installed here" in lines
+
+
+# ------------------------------------------------------------------------------ command line
+
+
+def test_e2e_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["e2e", "--launcher", "job,slurm"]) == 2
+    assert "unknown launcher slurm; known: job, statefulset" in capsys.readouterr().err
+    assert main(["e2e", "--nodes", "1"]) == 2
+    assert main(["e2e", "--node-selector", "novalue"]) == 2
+
+
+def test_e2e_without_a_cluster_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "none.yaml"
+    assert main(["e2e", "--kubeconfig", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hostnet-rdma: error: cannot reach the cluster") and "Traceback" not in err
+
+
+def test_the_plugin_forwards_kubeconfig_and_context_to_e2e(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kc = tmp_path / "kc.yaml"
+    kc.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "a",
+                              "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                              "users": [{"name": "u", "user": {"token": "t"}}],
+                              "contexts": [{"name": "a", "context": {"cluster": "c", "user": "u"}}]}))  # fmt: skip
+    assert kubectl_main(["e2e", "--context", "nope", "--kubeconfig", str(kc)]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert kubectl_main(["-n", "ml", "e2e"]) == 2
+    assert "e2e has no use for it: -n does not apply" in capsys.readouterr().err
+    args = build_parser().parse_args(["e2e", "--gpus-per-node", "8", "--launcher", "job", "--launcher", "lws"])
+    assert args.gpus_per_node == 8 and args.launcher == ["job", "lws"]
