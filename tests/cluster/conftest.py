@@ -32,7 +32,7 @@ def cluster() -> Iterator[Cluster]:
         # A cluster kept by `python -m tests.cluster.harness up`: use it, leave it running, and
         # give it the images as they are now.
         kept = Cluster.attach(Path(attach), binaries(), build_images())
-        for name in ("webhook", "train"):
+        for name in ("webhook", "wrapper", "train"):
             kept.import_image(kept.images / f"{name}.tar")
         yield kept
         return

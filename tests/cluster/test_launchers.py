@@ -17,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -348,6 +349,93 @@ def test_pytorchjob_etcd_v2_same_name_twice(cluster: Cluster, installed: dict[st
         fields = [wrapper_fields(t) for t in found.values()]
         assert all(f["backend"] == "etcd-v2" and f["is_host"] == "-" for f in fields), fields
         cluster.kubectl("delete", "pytorchjob", "ddp-etcd", "-n", ML, "--wait=true", "--timeout=60s")
+
+
+# ------------------------------------------------------------------------------ the e2e suite
+
+
+# What a user of this cluster passes: the CPU training image (imported, never pulled) and torch
+# from the test machine (images/train.Dockerfile). Everything else is the command's default.
+def e2e_args(cluster: Cluster) -> list[str]:
+    args = ["--image", image_ref(cluster, "train"), "--image-pull-policy", "Never", "--timeout", "300"]
+    for site in torch_sites():
+        args += ["--torch-host-path", str(site)]
+    return args
+
+
+STORE_HOST = {"job": r"e2e-job-0-\w+", "statefulset": "e2e-statefulset-0", "jobset": r"e2e-jobset-workers-0-0-\w+",
+              "lws": "e2e-lws-0", "pytorchjob": "e2e-pytorchjob-worker-0", "trainjob": r"e2e-trainjob-node-0-0-\w+"}  # fmt: skip
+
+
+def test_e2e_suite_on_the_namespace_cluster(cluster: Cluster, installed: dict[str, float]) -> None:
+    """The suite's default target, in-process: every launcher installed here passes (one world
+    across both nodes, torchrun wrapped, one store host: the pod each launcher's rule names);
+    Volcano, which this cluster lacks, is reported as not present, not as passed."""
+    from app import kube
+    from app.e2e import jobs as e2e_jobs
+    from app.e2e import run as e2e_run
+    from app.e2e.outcome import table
+
+    sites = tuple(str(s) for s in torch_sites())
+    params = e2e_jobs.Params(namespace="", image=image_ref(cluster, "train"), image_pull_policy="Never",
+                             host_paths=sites)  # fmt: skip
+    t0 = time.monotonic()
+    results = e2e_run.run(kube.api_client(str(cluster.kubeconfig)), e2e_run.Options(params, timeout=300), say=log)
+    TIMINGS["e2e suite, in-process (6 launchers side by side)"] = time.monotonic() - t0
+    log(table(results))
+    by = {r.launcher: r for r in results}
+    assert by.pop("volcano").outcome == "not present"
+    assert sorted(by) == sorted(STORE_HOST), by
+    for name, r in by.items():
+        assert r.ok, f"{name}: {r.detail}"
+        assert r.world == 2 and len(r.store_hosts) == 1 and re.fullmatch(STORE_HOST[name], r.store_hosts[0]), r
+        assert r.rendezvous == ("static" if name == "trainjob" else "c10d"), r
+        assert r.nccl == "n/a (gloo on CPU)" and r.webhook, r
+
+
+def test_e2e_command_through_a_users_kubeconfig(cluster: Cluster, installed: dict[str, float]) -> None:
+    """The same suite as a user runs it: `kubectl hostnet-rdma e2e` found on PATH by the real
+    kubectl, a kubeconfig whose current context points nowhere and `--context` naming the
+    cluster, the chart used as installed. Its own output is what is checked."""
+    kc = yaml.safe_load(cluster.kubeconfig.read_text())
+    real = kc["contexts"][0]
+    kc["clusters"].append({"name": "elsewhere", "cluster": {"server": "https://127.0.0.1:9"}})
+    kc["contexts"] = [{"name": "my-gpu-cluster", "context": real["context"]},
+                      {"name": "elsewhere", "context": {**real["context"], "cluster": "elsewhere"}}]  # fmt: skip
+    kc["current-context"] = "elsewhere"
+    path = cluster.workdir / "kc-user.yaml"
+    path.write_text(yaml.safe_dump(kc))
+    env = {**cluster.env(), "PATH": f"{ROOT / '.venv' / 'bin'}:{cluster.bin}:{os.environ.get('PATH', '')}"}
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [str(cluster.bin / "kubectl"), "hostnet-rdma", "e2e", "--kubeconfig", str(path), "--context", "my-gpu-cluster",
+         *e2e_args(cluster)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    TIMINGS["kubectl hostnet-rdma e2e (6 launchers side by side)"] = time.monotonic() - t0
+    (cluster.logs / "e2e-output.txt").write_text(p.stdout + p.stderr)
+    log(p.stdout + p.stderr)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = {ln.split()[0]: ln.split() for ln in p.stdout.splitlines() if ln.split() and ln.split()[0] in STORE_HOST}
+    assert sorted(rows) == sorted(STORE_HOST), p.stdout
+    for name, cells in rows.items():
+        assert cells[1] == "passed" and re.fullmatch(STORE_HOST[name], cells[3]), cells
+        assert cells[5] == "2" and p.stdout.count("n/a (gloo on CPU)") == len(STORE_HOST), p.stdout
+    assert re.search(r"^volcano +not present", p.stdout, re.M), p.stdout
+    assert "6 passed, 0 failed, 1 not present" in p.stdout, p.stdout
+    namespace = re.search(r"namespace (hostnet-rdma-e2e-\w+) deleted", p.stdout)
+    assert namespace and cluster.kubectl("get", "namespace", namespace.group(1), check=False) == "", p.stdout
+    # Asked for by name, a launcher that is not there fails the run, and the API server is
+    # told nothing: the run stops before creating a namespace.
+    p = subprocess.run(
+        [sys.executable, "-m", "app.cli", "e2e", "--kubeconfig", str(path), "--context", "my-gpu-cluster",
+         "--launcher", "volcano", *e2e_args(cluster)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 1 and "0 passed, 0 failed, 1 not present (asked for by name)" in p.stdout, (
+        p.stdout + p.stderr
+    )
+    assert "namespace" not in p.stdout, p.stdout
 
 
 def test_not_opted_in_jobs_show_the_seed_symptoms(cluster: Cluster, installed: dict[str, float]) -> None:
