@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup lint fmt golden bench clean
+.PHONY: run test setup lint fmt golden bench clean e2e
 
 setup: $(STAMP)
 
@@ -44,3 +44,8 @@ clean:
 # Benchmarks (BENCHMARKS.md): ~12 minutes, writes scripts/bench/results.json.
 bench: setup
 	$(PY) scripts/bench/run.py --out scripts/bench/results.json
+
+# The end-to-end check of a cluster with the chart installed (README: "Test your cluster"):
+#   make e2e E2E_ARGS="--context prod --gpus-per-node 8 --node-selector node.kubernetes.io/instance-type=BM.GPU4.8"
+e2e: setup
+	$(VENV)/bin/hostnet-rdma e2e $(E2E_ARGS)

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# End-to-end on kind (needs Docker, kind, kubectl, helm): build the image, load it, install the
-# chart (self-managed certificates, failurePolicy Fail), `helm test`, then run the API-server
-# test tier against that cluster. The tests that need a local webhook process or loopback fakes
-# skip themselves (marked local_only). Not run in CI here (no Docker engine).
+# End to end on kind (needs Docker, kind, kubectl, helm): a cluster of one control plane and two
+# workers, both images built from deploy/Dockerfile and loaded into it, the chart installed
+# (self-managed certificates, failurePolicy Fail), `helm test`, then the e2e suite users run on
+# their own clusters (`hostnet-rdma e2e`: a 2-node plain-torchrun job per launcher the cluster
+# serves, here Job and StatefulSet; CPU, gloo) with a CPU torch image built here, and the
+# API-server test tier against the same cluster. Not run in CI here (no Docker engine); the
+# README says what it was last run on.
 #
 #   scripts/kind-e2e.sh            # create, test, delete
 #   KEEP=1 scripts/kind-e2e.sh     # keep the cluster afterwards
+#   E2E_ARGS="--launcher job" scripts/kind-e2e.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CLUSTER="${CLUSTER:-hostnet-rdma-e2e}"
 IMAGE="${IMAGE:-hostnet-rdma:e2e}"
-NODE_IMAGE="${NODE_IMAGE:-}"      # e.g. kindest/node:v1.36.x; empty = kind's default
+WRAPPER_IMAGE="${WRAPPER_IMAGE:-hostnet-rdma-wrapper:e2e}"
+TRAIN_IMAGE="${TRAIN_IMAGE:-hostnet-rdma-e2e-train:cpu}"
+NODE_IMAGE="${NODE_IMAGE:-}"      # e.g. kindest/node:v1.35.x; empty = kind's default
 NS=hostnet-rdma-system
 for tool in docker kind kubectl helm; do
   command -v "$tool" >/dev/null || { echo "kind-e2e: $tool is required" >&2; exit 2; }
@@ -24,22 +30,45 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== kind cluster $CLUSTER"
-kind create cluster --name "$CLUSTER" ${NODE_IMAGE:+--image "$NODE_IMAGE"} --wait 180s
+echo "== kind cluster $CLUSTER (1 control plane, 2 workers)"
+# Two workers: the rendezvous must cross nodes. The jobs pin one pod per node.
+kind create cluster --name "$CLUSTER" ${NODE_IMAGE:+--image "$NODE_IMAGE"} --wait 180s --config=- <<'EOF'
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+nodes:
+  - role: control-plane
+  - role: worker
+  - role: worker
+EOF
 kind get kubeconfig --name "$CLUSTER" > "$KUBECONFIG_FILE"
 export KUBECONFIG="$KUBECONFIG_FILE"
+# kind nodes have no RDMA devices: give the injected /dev/infiniband hostPath something to mount.
+for node in $(kind get nodes --name "$CLUSTER"); do docker exec "$node" mkdir -p /dev/infiniband; done
 
-echo "== image $IMAGE"
+echo "== images $IMAGE, $WRAPPER_IMAGE, $TRAIN_IMAGE"
 docker build -t "$IMAGE" -f deploy/Dockerfile .
-kind load docker-image "$IMAGE" --name "$CLUSTER"
+docker build -t "$WRAPPER_IMAGE" -f deploy/Dockerfile --target wrapper .
+# A CPU torch for gloo runs (the PyPI CPU wheel; GPU clusters use their own CUDA image).
+docker build -t "$TRAIN_IMAGE" - <<'EOF'
+FROM python:3.11-slim
+RUN pip install --no-cache-dir torch numpy --index-url https://download.pytorch.org/whl/cpu
+ENV OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+EOF
+for image in "$IMAGE" "$WRAPPER_IMAGE" "$TRAIN_IMAGE"; do kind load docker-image "$image" --name "$CLUSTER"; done
 
 echo "== helm install"
 helm install hostnet-rdma charts/hostnet-rdma --namespace "$NS" --create-namespace \
   --set image.repository="${IMAGE%%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
+  --set wrapperImage.repository="${WRAPPER_IMAGE%%:*}" --set wrapperImage.tag="${WRAPPER_IMAGE##*:}" \
   --set webhook.failurePolicy=Fail --set webhook.timeoutSeconds=5 --wait --timeout 5m
 helm test hostnet-rdma --namespace "$NS" --timeout 2m
 
-echo "== API-server tier against kind"
 make setup >/dev/null
+echo "== hostnet-rdma e2e"
+# shellcheck disable=SC2086  # E2E_ARGS is a list of words
+.venv/bin/hostnet-rdma e2e --kubeconfig "$KUBECONFIG_FILE" --image "$TRAIN_IMAGE" --image-pull-policy Never \
+  --timeout 600 ${E2E_ARGS:-}
+
+echo "== API-server tier against kind"
 HOSTNET_RDMA_E2E_KUBECONFIG="$KUBECONFIG_FILE" HELM="$(command -v helm)" \
   .venv/bin/python -m pytest tests/apiserver -m apiserver -p no:cacheprovider "$@"

@@ -237,3 +237,55 @@ def test_the_plugin_forwards_kubeconfig_and_context_to_e2e(tmp_path: Path, capsy
     assert "e2e has no use for it: -n does not apply" in capsys.readouterr().err
     args = build_parser().parse_args(["e2e", "--gpus-per-node", "8", "--launcher", "job", "--launcher", "lws"])
     assert args.gpus_per_node == 8 and args.launcher == ["job", "lws"]
+
+
+# ------------------------------------------------------------------------------ kind
+
+
+def test_the_kind_script_with_stand_in_tools(tmp_path: Path) -> None:
+    """scripts/kind-e2e.sh as far as it runs without Docker: docker, kind, kubectl and helm are
+    stand-ins that record their calls; the e2e command then meets a cluster that is not there
+    and the script stops with its one-line error, deleting the kind cluster on the way out."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    kubeconfig = json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "kind",
+                             "clusters": [{"name": "kind", "cluster": {"server": "https://127.0.0.1:9"}}],
+                             "users": [{"name": "kind", "user": {"token": "t"}}],
+                             "contexts": [{"name": "kind", "context": {"cluster": "kind", "user": "kind"}}]})  # fmt: skip
+    for tool in ("docker", "kind", "kubectl", "helm"):
+        (bin_dir / tool).write_text(
+            "#!/bin/sh\n"
+            f'echo "{tool} $*" >> {calls}\n'
+            f'case "$*" in *"config=-"*|"build -t "*" -") sed "s/^/  stdin: /" >> {calls};; esac\n'
+            f'case "$*" in "get kubeconfig"*) echo \'{kubeconfig}\';;'
+            ' "get nodes"*) echo e2e-worker; echo e2e-worker2;; esac\n'
+        )
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    p = subprocess.run([str(root / "scripts" / "kind-e2e.sh")], capture_output=True, text=True, env=env, timeout=300)
+    log = calls.read_text()
+    assert p.returncode == 2 and "hostnet-rdma: error: cannot reach the cluster" in p.stderr, p.stdout + p.stderr
+    assert "== API-server tier" not in p.stdout
+    lines = log.splitlines()
+    assert lines[0].startswith("kind create cluster --name hostnet-rdma-e2e --wait 180s --config=-")
+    assert [ln.split()[-1] for ln in lines if "role:" in ln] == ["control-plane", "worker", "worker"]
+    assert "docker exec e2e-worker mkdir -p /dev/infiniband" in lines
+    assert "docker exec e2e-worker2 mkdir -p /dev/infiniband" in lines
+    assert "docker build -t hostnet-rdma:e2e -f deploy/Dockerfile ." in lines
+    assert "docker build -t hostnet-rdma-wrapper:e2e -f deploy/Dockerfile --target wrapper ." in lines
+    assert any("torch" in ln and "stdin:" in ln for ln in lines), log
+    loads = [ln for ln in lines if ln.startswith("kind load docker-image")]
+    assert [ln.split()[3] for ln in loads] == [
+        "hostnet-rdma:e2e",
+        "hostnet-rdma-wrapper:e2e",
+        "hostnet-rdma-e2e-train:cpu",
+    ]
+    (install,) = [ln for ln in lines if ln.startswith("helm install")]
+    for value in ("image.repository=hostnet-rdma", "image.tag=e2e", "wrapperImage.repository=hostnet-rdma-wrapper",
+                  "wrapperImage.tag=e2e", "image.pullPolicy=Never"):  # fmt: skip
+        assert f"--set {value} " in install + " ", install
+    assert lines[-1] == "kind delete cluster --name hostnet-rdma-e2e"
