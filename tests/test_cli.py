@@ -121,6 +121,6 @@ def test_the_kubectl_plugin_takes_kubectls_flags_anywhere() -> None:
     # Serving the webhook is not a kubectl job; no command prints the usage.
     assert _plugin("serve").returncode == 2
     p = _plugin()
-    assert p.returncode == 0 and "usage: kubectl hostnet-rdma {explain,verify,mutate,doctor}" in p.stderr
+    assert p.returncode == 0 and "usage: kubectl hostnet-rdma {explain,verify,mutate,doctor,e2e}" in p.stderr
     p = _plugin("verify", "--help")
     assert p.returncode == 0 and "usage: kubectl hostnet-rdma verify" in p.stdout and "--context" in p.stdout

@@ -69,7 +69,7 @@ def test_gpus_give_a_resource_limit_and_nccl_debug() -> None:
         docs = jobs.manifests(launcher, p)
         (c,) = templates(docs)[0]["spec"]["containers"]
         env = {e["name"]: e["value"] for e in c["env"]}
-        assert env["NCCL_DEBUG"] == "INFO" and env["HOSTNET_RDMA_E2E_BACKEND"] == "nccl"
+        assert env["NCCL_DEBUG"] == "INFO" and env["E2E_BACKEND"] == "nccl"
         if launcher == "trainjob":  # Trainer takes resources from the TrainJob
             assert docs[1]["spec"]["trainer"]["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": 8}}
         else:

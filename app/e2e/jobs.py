@@ -66,9 +66,9 @@ def job_name(launcher: str) -> str:
 
 def _env(p: Params) -> list[dict[str, str]]:
     env = [
-        {"name": "HOSTNET_RDMA_E2E_BACKEND", "value": p.backend},
-        {"name": "HOSTNET_RDMA_E2E_SIZE_MB", "value": f"{p.size_mb:g}"},
-        {"name": "HOSTNET_RDMA_E2E_TIMEOUT", "value": str(p.collective_timeout)},
+        {"name": "E2E_BACKEND", "value": p.backend},
+        {"name": "E2E_SIZE_MB", "value": f"{p.size_mb:g}"},
+        {"name": "E2E_TIMEOUT", "value": str(p.collective_timeout)},
     ]
     if p.backend == "nccl":
         # What `verify` reads; set here so the check holds whatever profile the node gets.

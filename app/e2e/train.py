@@ -28,10 +28,10 @@ def say(line: str) -> None:
 
 
 def main() -> None:
-    backend = os.environ.get("HOSTNET_RDMA_E2E_BACKEND", "gloo")
-    size_mb = float(os.environ.get("HOSTNET_RDMA_E2E_SIZE_MB", "4"))
-    iters = int(os.environ.get("HOSTNET_RDMA_E2E_ITERS", "10"))
-    timeout = datetime.timedelta(seconds=int(os.environ.get("HOSTNET_RDMA_E2E_TIMEOUT", "120")))
+    backend = os.environ.get("E2E_BACKEND", "gloo")
+    size_mb = float(os.environ.get("E2E_SIZE_MB", "4"))
+    iters = int(os.environ.get("E2E_ITERS", "10"))
+    timeout = datetime.timedelta(seconds=int(os.environ.get("E2E_TIMEOUT", "120")))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cpu")
     if backend == "nccl":
