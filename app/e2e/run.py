@@ -44,12 +44,12 @@ class Options:
     poll: float = 2.0
 
 
-def opt_in_labels(api: Any) -> tuple[dict[str, str], dict[str, str]]:
+def opt_in_labels(api: Any, webhook: str = WEBHOOK) -> tuple[dict[str, str], dict[str, str]]:
     """(namespace labels, pod labels) that the installed webhook selects, from its
     MutatingWebhookConfiguration: `In` expressions and matchLabels of both selectors."""
     for mwc in kube.mutating_webhook_configurations(api):
         for hook in mwc.get("webhooks") or []:
-            if hook.get("name") != WEBHOOK:
+            if hook.get("name") != webhook:
                 continue
             ns_labels: dict[str, str] = {}
             pod_labels: dict[str, str] = {}
@@ -62,7 +62,7 @@ def opt_in_labels(api: Any) -> tuple[dict[str, str], dict[str, str]]:
             return ns_labels, pod_labels
     raise E2EError(
         f"the hostnet-rdma webhook is not installed on this cluster (no MutatingWebhookConfiguration has a webhook "
-        f"named {WEBHOOK}): install the chart first (README: Install)"
+        f"named {webhook}): install the chart first (README: Install)"
     )
 
 

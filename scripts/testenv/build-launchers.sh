@@ -4,9 +4,10 @@
 # ~/.cache/hostnet-rdma like the Kubernetes binaries. Their manifests (CRDs, RBAC, webhooks)
 # come from the same module versions, read from the Go module cache.
 #
-# Volcano is not here: the Go module proxy this workplace reaches refuses volcano.sh/volcano
-# (403 "This module version is not available" for v1.12.1 and v1.13.0).
+# Volcano comes from the Go module proxy when it serves volcano.sh/volcano (a user's machine),
+# else from the source snapshot in third_party/ (this project's CI: its proxy answers 403).
 set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 
 CACHE="${HOSTNET_RDMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostnet-rdma}"
 OUT="$CACHE/bin/launchers"
@@ -50,4 +51,28 @@ for entry in "${LAUNCHERS[@]}"; do
   rm -rf "$tmp"
   log "built $name $version in $(( $(date +%s) - start ))s"
 done
+
+# Volcano: three binaries (controller-manager, scheduler, webhook-manager) and its source tree
+# (CRDs, installer/volcano-development.yaml, the admission certificate script), which the
+# cluster tier installs from (tests/cluster/launchers.py).
+VOLCANO=v1.15.1
+SRC="$CACHE/src/volcano-$VOLCANO"
+if [ ! -f "$SRC/.ready" ] || [ ! -x "$OUT/volcano-scheduler-$VOLCANO" ]; then
+  start=$(date +%s)
+  rm -rf "$SRC"; mkdir -p "$SRC"
+  tmp="$(mktemp -d)"
+  if dir=$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "volcano.sh/volcano@$VOLCANO" 2>/dev/null \
+      | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'); then
+    cp -R "$dir"/. "$SRC"; chmod -R u+w "$SRC"; from="the Go module proxy"
+  else
+    tar -xzf "$ROOT/third_party/volcano-$VOLCANO-src.tar.gz" -C "$SRC"; from="third_party/ (the proxy refuses it)"
+  fi
+  log "building volcano $VOLCANO from $from (first run only)"
+  (cd "$SRC" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$tmp/" \
+    ./cmd/controller-manager ./cmd/scheduler ./cmd/webhook-manager)
+  for b in controller-manager scheduler webhook-manager; do mv "$tmp/$b" "$OUT/volcano-$b-$VOLCANO"; done
+  rm -rf "$tmp"
+  touch "$SRC/.ready"
+  log "built volcano $VOLCANO in $(( $(date +%s) - start ))s"
+fi
 echo "$OUT"

@@ -537,3 +537,26 @@ def test_image_deliveries_are_pods_the_api_server_accepts(kube: Kube, case: Path
     assert [v for v in stored["volumes"] if v["name"] == "hostnet-rdma"] == [
         v for v in want["spec"]["volumes"] if v["name"] == "hostnet-rdma"
     ]
+
+
+def test_e2e_reports_absent_launchers_and_a_missing_webhook(plane: ControlPlane, kube: Kube, webhook: Webhook) -> None:
+    """`hostnet-rdma e2e` against a cluster that serves none of the launchers' kinds (no
+    controllers here): named ones are reported as not present and fail the run before any
+    namespace is made; the opt-in labels come from the installed configuration."""
+    from app import kube as kube_api
+    from app.e2e.run import E2EError, opt_in_labels
+
+    api = kube_api.api_client(str(plane.kubeconfig))
+    assert opt_in_labels(api) == ({"hostnet-rdma.io/inject": "enabled"}, {"hostnet-rdma.io/inject": "enabled"})
+    before = {n["metadata"]["name"] for n in kube.ok("GET", "/api/v1/namespaces")["items"]}
+    p = subprocess.run([sys.executable, "-m", "app.cli", "e2e", "--kubeconfig", str(plane.kubeconfig),
+                        "--launcher", "volcano,jobset", "-o", "json"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert p.returncode == 1, p.stdout + p.stderr
+    report = json.loads(p.stdout)
+    assert not report["ok"] and [(j["launcher"], j["outcome"]) for j in report["jobs"]] == [
+        ("volcano", "not present"), ("jobset", "not present")]  # fmt: skip
+    assert "JobSet is not installed here (the API server serves no JobSet of jobset.x-k8s.io/v1alpha2)" in p.stdout
+    assert {n["metadata"]["name"] for n in kube.ok("GET", "/api/v1/namespaces")["items"]} == before
+    # Without the webhook (another name than the chart's): the run cannot start, and says why.
+    with pytest.raises(E2EError, match="webhook is not installed on this cluster"):
+        opt_in_labels(api, "pods.not-installed.example")

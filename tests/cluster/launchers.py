@@ -179,3 +179,88 @@ def apply_with_retry(c: Cluster, docs: list[dict[str, Any]], timeout: float = 90
         if "failed calling webhook" not in p.stderr or time.monotonic() > deadline:
             raise RuntimeError(f"kubectl apply: {p.stderr}")
         time.sleep(2)
+
+
+# ------------------------------------------------------------------------------ Volcano
+
+VOLCANO = "v1.15.1"
+VOLCANO_NS = "volcano-system"
+# Deployment container -> the binary it runs (upstream images: vc-<binary> with it as entrypoint).
+VOLCANO_CONTAINERS = {"admission": "webhook-manager", "volcano-controllers": "controller-manager",
+                      "volcano-scheduler": "scheduler"}  # fmt: skip
+
+
+def volcano_source() -> Path:
+    """Volcano's source tree, as scripts/testenv/build-launchers.sh left it (module proxy or
+    the third_party/ snapshot)."""
+    cache = Path(os.environ.get("HOSTNET_RDMA_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or
+                                                               Path.home() / ".cache") / "hostnet-rdma")  # fmt: skip
+    src = cache / "src" / f"volcano-{VOLCANO}"
+    assert (src / ".ready").exists(), f"no Volcano source at {src}: run scripts/testenv/build-launchers.sh"
+    return src
+
+
+def _is_admission_init(d: dict[str, Any]) -> bool:
+    return d.get("metadata", {}).get("name") in ("volcano-admission-init", "volcano-admission-init-role")
+
+
+def install_volcano(c: Cluster) -> float:
+    """What Volcano's users apply (installer/volcano-development.yaml: CRDs, RBAC, the
+    controller-manager, the scheduler with the configuration the chart ships, the admission
+    webhook-manager and its webhook configurations), with the local images. One difference:
+    the chart's `volcano-admission-init` Job runs Volcano's own gen-admission-secret.sh in an
+    image with openssl and kubectl; here that same script runs on the test machine against the
+    cluster (no such image without a registry), making the same Secret. The webhook-manager
+    then writes the CA into its webhook configurations itself."""
+    t0 = time.monotonic()
+    src = volcano_source()
+    docs = [d for d in yaml.safe_load_all((src / "installer" / "volcano-development.yaml").read_text()) if d]
+    docs = [d for d in docs if not _is_admission_init(d)]
+    swapped = 0
+    for d in docs:
+        if d.get("kind") != "Deployment":
+            continue
+        for container in d["spec"]["template"]["spec"]["containers"]:
+            binary = VOLCANO_CONTAINERS.get(container["name"])
+            if binary:
+                name = f"volcano-{binary}-{VOLCANO}"
+                c.import_image(c.images / f"launcher-{name}.tar")
+                container["image"] = (c.images / f"launcher-{name}.ref").read_text().strip()
+                container["imagePullPolicy"] = "Never"
+                swapped += 1
+    assert swapped == 3, f"volcano: expected 3 manager containers, found {swapped}"
+    c.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+              stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), timeout=180)  # fmt: skip
+    with tempfile.TemporaryDirectory() as certs:
+        script = Path(certs) / "gen-admission-secret.sh"
+        text = (src / "installer" / "dockerfile" / "webhook-manager" / "gen-admission-secret.sh").read_text()
+        # Its key material goes to /tmp; keep it in a directory of ours instead.
+        script.write_text(text.replace("CERTDIR=/tmp", f"CERTDIR={certs}"))
+        p = subprocess.run(["bash", str(script), "--service", "volcano-admission-service", "--namespace", VOLCANO_NS,
+                            "--secret", "volcano-admission-secret"],
+                           capture_output=True, text=True, env=c.env(), timeout=120)  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+    ctl = Controller("volcano", "volcano.sh/volcano", VOLCANO, (), VOLCANO_NS, "")
+    for dep in [d["metadata"]["name"] for d in docs if d.get("kind") == "Deployment"]:
+        wait_ready(c, ctl, dep)
+    hooks = {(d["kind"], d["metadata"]["name"]) for d in docs if d.get("kind", "").endswith("WebhookConfiguration")}
+    deadline = time.monotonic() + 120
+    while True:
+        missing = []
+        for kind, hook in sorted(hooks):
+            cfg = c.kubectl_json("get", kind.lower(), hook)
+            missing += [f"{hook}/{w['name']}" for w in cfg.get("webhooks", []) if not w["clientConfig"].get("caBundle")]
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"volcano: webhooks without a caBundle: {missing}")
+        time.sleep(1)
+    # The scheduler creates the default queue at start; jobs name it.
+    deadline = time.monotonic() + 60
+    while c.kubectl("get", "queue", "default", check=False) == "":
+        if time.monotonic() > deadline:
+            raise RuntimeError("volcano: no default queue")
+        time.sleep(1)
+    elapsed = time.monotonic() - t0
+    log(f"launcher volcano {VOLCANO} installed in {elapsed:.1f}s")
+    return elapsed
