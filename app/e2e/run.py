@@ -109,7 +109,7 @@ class Follow:
         t0 = time.monotonic()
         try:
             for obj in manifests(self.launcher, self.params):
-                self.objects.create(obj)
+                self.create(obj)
         except kube.ApiException as e:
             self.result = outcome.Result(self.launcher, "failed", detail=f"creating the job: {_api_error(e)}")
             return
@@ -141,6 +141,22 @@ class Follow:
         if what == "timed out":
             detail = f"after {self.timeout:.0f}s: {detail}{self.job_status()}"
         self.result = outcome.Result(self.launcher, what, seconds=round(seconds, 1), detail=detail)
+
+    def create(self, obj: dict[str, Any], patience: float = 60.0) -> None:
+        """Create one object, retrying what a launcher's own webhook says while it catches up:
+        its Service has no endpoints yet, or its cache has not seen the object just created
+        before this one (Trainer: "specified trainingRuntime must be created before ...")."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                self.objects.create(obj)
+                return
+            except kube.ApiException as e:
+                said = _api_error(e)
+                transient = "failed calling webhook" in said or ("admission webhook" in said and "not found" in said)
+                if not transient or time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
 
     def job_status(self) -> str:
         """The job object's own word on it (conditions, Volcano's phase), for a timeout."""

@@ -59,20 +59,34 @@ VOLCANO=v1.15.1
 SRC="$CACHE/src/volcano-$VOLCANO"
 if [ ! -f "$SRC/.ready" ] || [ ! -x "$OUT/volcano-scheduler-$VOLCANO" ]; then
   start=$(date +%s)
-  rm -rf "$SRC"; mkdir -p "$SRC"
   tmp="$(mktemp -d)"
+  build_volcano() {
+    (cd "$SRC" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$tmp/" \
+      ./cmd/controller-manager ./cmd/scheduler ./cmd/webhook-manager)
+  }
+  from=""
+  rm -rf "$SRC"; mkdir -p "$SRC"
   if dir=$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "volcano.sh/volcano@$VOLCANO" 2>/dev/null \
       | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'); then
-    cp -R "$dir"/. "$SRC"; chmod -R u+w "$SRC"; from="the Go module proxy"
-  else
-    tar -xzf "$ROOT/third_party/volcano-$VOLCANO-src.tar.gz" -C "$SRC"; from="third_party/ (the proxy refuses it)"
+    cp -R "$dir"/. "$SRC"; chmod -R u+w "$SRC"
+    # The module zip leaves out its nested volcano.sh/apis module (staging/), which go.mod
+    # replaces it with: take that module from the proxy at the same version instead.
+    [ -d "$SRC/staging/src/volcano.sh/apis" ] || (cd "$SRC" && go mod edit -dropreplace volcano.sh/apis)
+    log "building volcano $VOLCANO from the Go module proxy (first run only)"
+    if build_volcano 2>"$tmp/proxy.log"; then from="the Go module proxy"; else
+      log "the module proxy's volcano $VOLCANO does not build here: $(grep -m1 -o 'volcano.sh/apis.*' "$tmp/proxy.log" || tail -1 "$tmp/proxy.log")"
+      rm -rf "$SRC"; mkdir -p "$SRC"
+    fi
   fi
-  log "building volcano $VOLCANO from $from (first run only)"
-  (cd "$SRC" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$tmp/" \
-    ./cmd/controller-manager ./cmd/scheduler ./cmd/webhook-manager)
+  if [ -z "$from" ]; then
+    tar -xzf "$ROOT/third_party/volcano-$VOLCANO-src.tar.gz" -C "$SRC"
+    log "building volcano $VOLCANO from third_party/ (first run only)"
+    build_volcano
+    from="third_party/"
+  fi
   for b in controller-manager scheduler webhook-manager; do mv "$tmp/$b" "$OUT/volcano-$b-$VOLCANO"; done
   rm -rf "$tmp"
   touch "$SRC/.ready"
-  log "built volcano $VOLCANO in $(( $(date +%s) - start ))s"
+  log "built volcano $VOLCANO from $from in $(( $(date +%s) - start ))s"
 fi
 echo "$OUT"

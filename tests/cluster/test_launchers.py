@@ -221,6 +221,24 @@ def check_one_store_host(found: dict[str, str], launcher: str, world: int) -> li
     return fields
 
 
+def injected_events(c: Cluster, kind: str, name: str, launcher: str, pods: int) -> list[str]:
+    """`kubectl describe` of the job until its Injected Events count every pod (the sender
+    flushes each second). Each webhook replica keeps its own count, as each instance of a
+    controller does with client-go's recorder: one line per replica that admitted a pod."""
+    deadline = time.monotonic() + 20
+    while True:
+        described = c.kubectl("describe", kind, name, "-n", ML)
+        lines = [ln for ln in described.splitlines() if re.search(r"\bInjected\b", ln)]
+        counted = sum(int(m.group(1)) if (m := re.search(r"\(x(\d+) over", ln)) else 1 for ln in lines)
+        if counted >= pods:
+            break
+        assert time.monotonic() < deadline, described[-3000:]
+        time.sleep(1)
+    assert counted == pods and 1 <= len(lines) <= 2, lines  # the chart runs two replicas
+    assert all("hostnet-rdma.io/webhook" in ln and f"launcher {launcher}" in ln for ln in lines), lines
+    return lines
+
+
 def read_back(c: Cluster, ns: str, selector: str, case: str) -> None:
     """Keep one real pod per launcher as the API server stored it, in the run's logs, to
     compare with the golden inputs (tests/golden) when an adapter is in doubt."""
@@ -259,14 +277,10 @@ def test_pytorchjob_elastic_completes(cluster: Cluster, installed: dict[str, flo
     read_back(cluster, ML, "training.kubeflow.org/job-name=ddp-pytorchjob", "pytorchjob-worker")
     # What the webhook did, where the job's submitter looks: an Event on the PyTorchJob, one
     # for both pods (the sender flushes each second).
-    deadline = time.monotonic() + 20
-    while "(x2 over" not in (described := cluster.kubectl("describe", "pytorchjob", "ddp-pytorchjob", "-n", ML)):
-        assert time.monotonic() < deadline, described[-3000:]
-        time.sleep(1)
-    (line,) = [ln for ln in described.splitlines() if "Injected" in ln]
-    assert "hostnet-rdma.io/webhook" in line and "launcher pytorchjob" in line and "(x2 over" in line, line
-    TIMINGS["PyTorchJob: wait after Succeeded until kubectl describe shows Injected (x2)"] = (
-        time.monotonic() - deadline + 20
+    t0 = time.monotonic()
+    injected_events(cluster, "pytorchjob", "ddp-pytorchjob", "pytorchjob", pods=2)
+    TIMINGS["PyTorchJob: wait after Succeeded until kubectl describe counts Injected for both pods"] = (
+        time.monotonic() - t0
     )
 
 
@@ -391,26 +405,103 @@ def test_volcano_example_completes(cluster: Cluster, installed: dict[str, float]
     uid = cluster.kubectl_json("get", "vcjob", "ddp-volcano", "-n", ML)["metadata"]["uid"]
     assert all(f["rdzv_id"] == uid for f in fields), fields
     read_back(cluster, ML, "volcano.sh/job-name=ddp-volcano", "volcano-worker")
-    deadline = time.monotonic() + 20
-    while "(x2 over" not in (described := cluster.kubectl("describe", "vcjob", "ddp-volcano", "-n", ML)):
-        assert time.monotonic() < deadline, described[-3000:]
-        time.sleep(1)
-    (line,) = [ln for ln in described.splitlines() if "Injected" in ln]
-    assert "hostnet-rdma.io/webhook" in line and "launcher volcano" in line, line
+    injected_events(cluster, "vcjob", "ddp-volcano", "volcano", pods=2)
     cluster.kubectl("delete", "vcjob", "ddp-volcano", "-n", ML, "--wait=true", "--timeout=60s")
 
 
-def test_volcano_seed_job_with_its_own_shell_completes(cluster: Cluster, installed: dict[str, float]) -> None:
+def seed_volcano_c10d(cluster: Cluster, namespace: str, opted_in: bool) -> list[dict[str, Any]]:
+    docs = example("volcano-c10d", namespace, image_ref(cluster, "train"), torch_sites(), SEED)
+    if opted_in:  # README, Opt in: the label goes on the pod template
+        docs[0]["spec"]["tasks"][0]["template"].setdefault("metadata", {})["labels"] = {
+            "hostnet-rdma.io/inject": "enabled"}  # fmt: skip
+    return docs
+
+
+def test_volcano_seed_job_with_its_own_shell(cluster: Cluster, installed: dict[str, float]) -> None:
     """The field report's volcano-c10d.yaml as written (its hand-written is_host / --local-addr
-    shell, its own /dev/infiniband and /dev/shm, its NCCL env): the webhook adds only what is
-    missing and leaves every flag the user set; worker-0 hosts, by the user's own rule."""
-    found = run_volcano(cluster, example("volcano-c10d", ML, image_ref(cluster, "train"), torch_sites(), SEED),
-                        "ddp-volcano-c10d", "Volcano Job (the seed's volcano-c10d.yaml) to Completed")  # fmt: skip
+    shell in `bash -c` args, its own /dev/infiniband and /dev/shm, its NCCL env). Not opted in
+    it fails here, bounded: its ranks' gloo pairs connect to 127.0.1.1 (the node name's address;
+    on GPUs NCCL's own interface choice hides this). Opted in (the pod-template label, nothing
+    else) the webhook adds what is missing (GLOO_SOCKET_IFNAME among it), leaves every flag the
+    user set, and it completes; worker-0 hosts, by the user's own rule."""
+    t0 = time.monotonic()
+    follower = LogFollower(cluster, OFF, "volcano.sh/job-name=ddp-volcano-c10d")
+    try:
+        launchers.apply_with_retry(cluster, seed_volcano_c10d(cluster, OFF, opted_in=False))
+        symptom = re.compile(r"Gloo connectFullMesh failed .*remote=\[127\.0\.1\.1\]")
+        while time.monotonic() - t0 < 180 and not any(symptom.search(t) for t in follower.logs.values()):
+            time.sleep(2)
+    finally:
+        follower.close()
+        cluster.kubectl("delete", "vcjob", "ddp-volcano-c10d", "-n", OFF, "--wait=true", "--timeout=60s", check=False)
+    TIMINGS["Volcano seed job not opted in: symptom after"] = time.monotonic() - t0
+    assert any(symptom.search(t) for t in follower.logs.values()), follower.logs
+    assert not any(WRAPPER_LINE.search(t) for t in follower.logs.values()), "an unmutated pod was wrapped"
+    found = run_volcano(cluster, seed_volcano_c10d(cluster, ML, opted_in=True), "ddp-volcano-c10d",
+                        "Volcano Job (the seed's volcano-c10d.yaml, opted in) to Completed")  # fmt: skip
     fields = check_one_store_host(found, "volcano", world=2 * NPROC)
     host = next(f for f in fields if f["is_host"] == "true")
     assert host["local_addr"] == "ddp-volcano-c10d-worker-0.ddp-volcano-c10d", fields
     read_back(cluster, ML, "volcano.sh/job-name=ddp-volcano-c10d", "volcano-seed-c10d-worker")
     cluster.kubectl("delete", "vcjob", "ddp-volcano-c10d", "-n", ML, "--wait=true", "--timeout=60s")
+
+
+def volcano_variant(
+    cluster: Cluster,
+    name: str,
+    plugins: dict[str, list[str]],
+    tasks: list[tuple[str, int]],
+    extra_task: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """deploy/examples/volcano-job.yaml (with the test changes) renamed, with these plugins and
+    training tasks (name, replicas), each a copy of its worker task; plus one more task as given."""
+    docs = example("volcano-job", ML, image_ref(cluster, "train"), torch_sites())
+    job = docs[0]
+    worker = job["spec"]["tasks"][0]
+    job["metadata"]["name"] = name
+    job["spec"]["plugins"] = plugins
+    job["spec"]["tasks"] = [{**copy.deepcopy(worker), "name": t, "replicas": n} for t, n in tasks]
+    if extra_task:
+        job["spec"]["tasks"].append(extra_task)
+    job["spec"]["minAvailable"] = sum(t["replicas"] for t in job["spec"]["tasks"])
+    return docs
+
+
+def test_volcano_plugin_shapes_read_from_source_only_until_now(cluster: Cluster, installed: dict[str, float]) -> None:
+    """The three Volcano shapes the adapter handled from reading Volcano's source: the pytorch
+    plugin with master and worker tasks (its MASTER_ADDR names the store host), the plugin's
+    store task under another name (--master=chief), and a non-training task beside the workers
+    (not counted in --nnodes). All three run side by side, each on its own c10d port."""
+    image = image_ref(cluster, "train")
+    tensorboard = {"name": "tensorboard", "replicas": 1, "template": {"spec": {"restartPolicy": "Never",
+                   "containers": [{"name": "tensorboard", "image": image, "imagePullPolicy": "Never",
+                                   "command": ["sleep", "20"]}]}}}  # fmt: skip
+    svc = {"env": [], "svc": ["--publish-not-ready-addresses=true"]}
+    cases = {
+        "vc-pt": (volcano_variant(cluster, "vc-pt", {"pytorch": ["--master=master", "--worker=worker", "--port=29441"]},
+                                  [("master", 1), ("worker", 1)]), "vc-pt-master-0.vc-pt"),
+        "vc-chief": (volcano_variant(cluster, "vc-chief", {"pytorch": ["--master=chief", "--worker=worker",
+                                                                       "--port=29442"]},
+                                     [("chief", 1), ("worker", 1)]), "vc-chief-chief-0.vc-chief"),
+        "vc-tb": (volcano_variant(cluster, "vc-tb", svc, [("worker", 2)], tensorboard), "vc-tb-worker-0.vc-tb"),
+    }  # fmt: skip
+    # Each job its own port: they share the two nodes' host network.
+    cases["vc-tb"][0][0]["spec"]["tasks"][0]["template"]["metadata"].setdefault("annotations", {})[
+        "hostnet-rdma.io/rdzv-port"] = "29443"  # fmt: skip
+    for docs, _ in cases.values():
+        launchers.apply_with_retry(cluster, docs)
+    t0 = time.monotonic()
+    phases = {name: volcano_phase(cluster, ML, name, 300) for name in cases}
+    TIMINGS["Volcano pytorch-plugin / --master=chief / sidecar-task jobs to Completed"] = time.monotonic() - t0
+    for name, (_, store) in cases.items():
+        selector = f"volcano.sh/job-name={name}"
+        assert phases[name] == "Completed", f"{name}: {phases[name]}\n" + failure_report(cluster, ML, selector)
+        found = {n: t for n, t in logs_of(cluster, ML, selector).items() if "tensorboard" not in n}
+        fields = check_one_store_host(found, "volcano", world=2 * NPROC)
+        host = next(f for f in fields if f["is_host"] == "true")
+        assert host["local_addr"] == store and all(f["nnodes"] == "2" for f in fields), (name, fields)
+        read_back(cluster, ML, selector, f"volcano-{name}")
+        cluster.kubectl("delete", "vcjob", name, "-n", ML, "--wait=false")
 
 
 # ------------------------------------------------------------------------------ the e2e suite
