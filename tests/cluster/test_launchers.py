@@ -336,14 +336,14 @@ def test_plain_jobset_completes_with_the_default_endpoint(cluster: Cluster, inst
 @pytest.fixture
 def etcd_v2(cluster: Cluster) -> Iterator[str]:
     """An etcd with the v2 API on the cluster bridge, as the seed's etcd-v2 runs used."""
-    port = 23799
+    port = 2379  # etcd's own: the seed's Volcano job names it; the control plane's is on loopback
     url = f"http://{cluster.net.host_ip}:{port}"
     data = cluster.workdir / "rdzv-etcd"
     proc = subprocess.Popen(
         [str(cluster.bin / "etcd"), "--name=rdzv", f"--data-dir={data}", "--enable-v2",
          f"--listen-client-urls={url}", f"--advertise-client-urls={url}",
-         f"--listen-peer-urls=http://127.0.0.1:{port + 1}", f"--initial-advertise-peer-urls=http://127.0.0.1:{port + 1}",
-         f"--initial-cluster=rdzv=http://127.0.0.1:{port + 1}", "--unsafe-no-fsync"],
+         "--listen-peer-urls=http://127.0.0.1:23801", "--initial-advertise-peer-urls=http://127.0.0.1:23801",
+         "--initial-cluster=rdzv=http://127.0.0.1:23801", "--unsafe-no-fsync"],
         stdout=(cluster.logs / "rdzv-etcd.log").open("wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
@@ -502,6 +502,39 @@ def test_volcano_plugin_shapes_read_from_source_only_until_now(cluster: Cluster,
         assert host["local_addr"] == store and all(f["nnodes"] == "2" for f in fields), (name, fields)
         read_back(cluster, ML, selector, f"volcano-{name}")
         cluster.kubectl("delete", "vcjob", name, "-n", ML, "--wait=false")
+
+
+def test_volcano_seed_etcd_job_twice_under_one_name(
+    cluster: Cluster, installed: dict[str, float], etcd_v2: str
+) -> None:
+    """The field report's volcano-etcd.yaml, opted in, against a real etcd with the v2 API
+    (python-etcd comes with the torch mount: its `pip install` line is the one more test-machine
+    change, as the pods reach no package index). Twice under one name: each run its own
+    rendezvous id (the user's $JOB_ID, the PodGroup's name), no RendezvousClosedError."""
+    host, port = etcd_v2.split(":")
+    service = [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "etcd-server-headless", "namespace": ML},
+         "spec": {"clusterIP": "None", "ports": [{"name": "client", "port": int(port)}]}},
+        {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "etcd-server-headless", "namespace": ML},
+         "subsets": [{"addresses": [{"ip": host}], "ports": [{"name": "client", "port": int(port)}]}]},
+    ]  # fmt: skip
+    launchers.apply_with_retry(cluster, service)
+    ids = []
+    for attempt in (1, 2):
+        docs = example("volcano-etcd", ML, image_ref(cluster, "train"), torch_sites(), SEED)
+        template = docs[0]["spec"]["tasks"][0]["template"]
+        template.setdefault("metadata", {})["labels"] = {"hostnet-rdma.io/inject": "enabled"}
+        (c,) = template["spec"]["containers"]
+        c["args"] = [re.sub(r"^pip install .*\n", "", c["args"][0], flags=re.M)]
+        found = run_volcano(
+            cluster, docs, "ddp-volcano-etcd", f"Volcano Job (the seed's volcano-etcd.yaml) run {attempt}"
+        )
+        fields = [wrapper_fields(t) for t in found.values()]
+        assert all(f["backend"] == "etcd-v2" and f["is_host"] == "-" for f in fields), fields
+        assert sum(ddp_ok(t, 2 * NPROC) for t in found.values()) == 2 * NPROC, found
+        ids.append(cluster.kubectl_json("get", "vcjob", "ddp-volcano-etcd", "-n", ML)["metadata"]["uid"])
+        cluster.kubectl("delete", "vcjob", "ddp-volcano-etcd", "-n", ML, "--wait=true", "--timeout=60s")
+    assert ids[0] != ids[1]
 
 
 # ------------------------------------------------------------------------------ the e2e suite
