@@ -103,7 +103,7 @@ echo "$tref" >"$OUT/train.ref"
 LAUNCHERS_DIR="$CACHE/bin/launchers"
 for bin in "$LAUNCHERS_DIR"/*; do
   [ -x "$bin" ] || continue
-  name="$(basename "$bin")"            # lws-v0.7.0
+  name="$(basename "$bin")"            # lws-v0.8.0
   lref="localhost/hostnet-rdma-test/${name%-v*}:v${name##*-v}"
   if [ ! -f "$OUT/launcher-$name.tar" ]; then
     c=$(buildah from scratch)

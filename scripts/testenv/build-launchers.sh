@@ -16,10 +16,10 @@ log() { echo "[build-launchers] $*" >&2; }
 
 # name  package@version  (the module version is the pin; its manifests are used as-is)
 LAUNCHERS=(
-  "lws sigs.k8s.io/lws/cmd@v0.7.0"
+  "lws sigs.k8s.io/lws/cmd@v0.8.0"
   "jobset sigs.k8s.io/jobset@v0.10.1"
   "trainer github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager@v2.0.0"
-  "training-operator github.com/kubeflow/training-operator/cmd/training-operator.v1@v1.8.1"
+  "training-operator github.com/kubeflow/training-operator/cmd/training-operator.v1@v1.9.4"
 )
 # The module that holds a package path: the entry's module is given with its version, so strip
 # the package's path below the module (cmd/...).

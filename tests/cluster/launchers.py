@@ -45,7 +45,7 @@ CONTROLLERS = {
     c.name: c
     for c in (
         Controller("jobset", "sigs.k8s.io/jobset", "v0.10.1", ("config/default",), "jobset-system", "manager"),
-        Controller("lws", "sigs.k8s.io/lws", "v0.7.0", ("config/default",), "lws-system", "manager"),
+        Controller("lws", "sigs.k8s.io/lws", "v0.8.0", ("config/default",), "lws-system", "manager"),
         # The manager overlay adds a remote JobSet release (not reachable here): render its bases
         # and generate the webhook Secret as that overlay does; JobSet comes from its own module.
         Controller(
@@ -57,7 +57,7 @@ CONTROLLERS = {
             "  options: {disableNameSuffixHash: true}\n",
         ),
         Controller(
-            "training-operator", "github.com/kubeflow/training-operator", "v1.8.1",
+            "training-operator", "github.com/kubeflow/training-operator", "v1.9.4",
             ("manifests/overlays/standalone",), "kubeflow", "training-operator",
         ),
     )
