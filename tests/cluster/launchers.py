@@ -117,21 +117,27 @@ def install(c: Cluster, name: str) -> float:
     deployments = [d["metadata"]["name"] for d in docs if d.get("kind") == "Deployment"]
     for dep in deployments:
         wait_ready(c, ctl, dep)
+    wait_for_ca_bundles(c, name, docs)
+    elapsed = time.monotonic() - t0
+    log(f"launcher {name} {ctl.version} installed in {elapsed:.1f}s")
+    return elapsed
+
+
+def wait_for_ca_bundles(c: Cluster, name: str, docs: list[dict[str, Any]], timeout: float = 120) -> None:
+    """Until every webhook of the controller's webhook configurations has a caBundle (the
+    controller writes it itself once its certificate is ready)."""
     hooks = {(d["kind"], d["metadata"]["name"]) for d in docs if d.get("kind", "").endswith("WebhookConfiguration")}
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + timeout
     while True:
         missing = []
         for kind, hook in sorted(hooks):
             cfg = c.kubectl_json("get", kind.lower(), hook)
             missing += [f"{hook}/{w['name']}" for w in cfg.get("webhooks", []) if not w["clientConfig"].get("caBundle")]
         if not missing:
-            break
+            return
         if time.monotonic() > deadline:
             raise RuntimeError(f"{name}: webhooks without a caBundle: {missing}")
         time.sleep(1)
-    elapsed = time.monotonic() - t0
-    log(f"launcher {name} {ctl.version} installed in {elapsed:.1f}s")
-    return elapsed
 
 
 # cert-controller (which all four controllers embed) can miss its own Secret write: its
@@ -243,18 +249,7 @@ def install_volcano(c: Cluster) -> float:
     ctl = Controller("volcano", "volcano.sh/volcano", VOLCANO, (), VOLCANO_NS, "")
     for dep in [d["metadata"]["name"] for d in docs if d.get("kind") == "Deployment"]:
         wait_ready(c, ctl, dep)
-    hooks = {(d["kind"], d["metadata"]["name"]) for d in docs if d.get("kind", "").endswith("WebhookConfiguration")}
-    deadline = time.monotonic() + 120
-    while True:
-        missing = []
-        for kind, hook in sorted(hooks):
-            cfg = c.kubectl_json("get", kind.lower(), hook)
-            missing += [f"{hook}/{w['name']}" for w in cfg.get("webhooks", []) if not w["clientConfig"].get("caBundle")]
-        if not missing:
-            break
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"volcano: webhooks without a caBundle: {missing}")
-        time.sleep(1)
+    wait_for_ca_bundles(c, "volcano", docs)
     # The scheduler creates the default queue at start; jobs name it.
     deadline = time.monotonic() + 60
     while c.kubectl("get", "queue", "default", check=False) == "":
