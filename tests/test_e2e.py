@@ -289,3 +289,24 @@ def test_the_kind_script_with_stand_in_tools(tmp_path: Path) -> None:
                   "wrapperImage.tag=e2e", "image.pullPolicy=Never"):  # fmt: skip
         assert f"--set {value} " in install + " ", install
     assert lines[-1] == "kind delete cluster --name hostnet-rdma-e2e"
+
+
+def test_a_failed_pull_waits_for_the_timeout_and_is_shown() -> None:
+    """ErrImagePull may be a registry hiccup: the job keeps waiting, and the reason is in the
+    detail a timeout prints."""
+    p = pod("p-0")
+    p["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ErrImagePull", "message": "429"}}
+    assert outcome.progress([p], {}, "trainer", 2) == outcome.Progress("running", "p-0: waiting: ErrImagePull 429")
+
+
+def test_an_error_inside_one_job_is_that_jobs_result() -> None:
+    from app.e2e import run
+
+    class Broken:
+        def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+            raise RuntimeError("boom")
+
+    f = run.Follow(None, Broken(), "job", P, timeout=1, poll=0.01)  # type: ignore[arg-type]
+    f.run()
+    assert f.result is not None and f.result.outcome == "failed"
+    assert f.result.detail == "the e2e run itself failed: RuntimeError('boom')"

@@ -22,14 +22,9 @@ OK, FAIL = "HOSTNET-RDMA-E2E-OK", "HOSTNET-RDMA-E2E-FAIL"
 _OK_LINE = re.compile(rf"^{OK} rank=(\d+) world=(\d+) node=(\S+) backend=(\S+) busbw_gbps=([\d.]+)", re.M)
 _FAIL_LINE = re.compile(rf"^{FAIL} .*$", re.M)
 _WRAPPER = re.compile(r"^hostnet-rdma: (launcher=.*)$", re.M)
-_BAD_WAIT = (
-    "ErrImageNeverPull",
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "CreateContainerConfigError",
-    "CrashLoopBackOff",
-)
+# Waiting reasons that no amount of waiting fixes. A pull that fails (ErrImagePull,
+# ImagePullBackOff) may be a registry hiccup: it is shown when the job times out instead.
+_BAD_WAIT = ("ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError")
 
 
 @dataclass(frozen=True)
@@ -110,7 +105,7 @@ def progress(pods: Sequence[Mapping[str, Any]], logs: Mapping[str, str], contain
                 cause = (bad.get("message") or "").strip() or _last_lines(text) or bad.get("reason", "")
                 return Progress("failed", f"{name}: exit {bad.get('exitCode')}: {cause}")
             waiting = ((status.get("state") or {}).get("waiting") or {}).get("reason")
-            if waiting in _BAD_WAIT and waiting != "ImagePullBackOff":
+            if waiting in _BAD_WAIT:
                 return Progress("failed", pod_state(pod, container))
         if (pod.get("status") or {}).get("phase") == "Failed":
             return Progress("failed", f"{name}: pod Failed: {(pod.get('status') or {}).get('message', '')}")

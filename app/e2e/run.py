@@ -106,6 +106,12 @@ class Follow:
         return out
 
     def run(self) -> None:
+        try:
+            self.follow()
+        except Exception as e:  # a bug or an API error mid-run: this job's result, not a lost thread
+            self.result = outcome.Result(self.launcher, "failed", detail=f"the e2e run itself failed: {e!r}")
+
+    def follow(self) -> None:
         t0 = time.monotonic()
         try:
             for obj in manifests(self.launcher, self.params):
