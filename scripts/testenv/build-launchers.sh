@@ -17,15 +17,17 @@ log() { echo "[build-launchers] $*" >&2; }
 # name  package@version  (the module version is the pin; its manifests are used as-is)
 LAUNCHERS=(
   "lws sigs.k8s.io/lws/cmd@v0.8.0"
-  "jobset sigs.k8s.io/jobset@v0.10.1"
-  "trainer github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager@v2.0.0"
+  "jobset sigs.k8s.io/jobset@v0.12.0"
+  "trainer github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager@v2.3.0"
   "training-operator github.com/kubeflow/training-operator/cmd/training-operator.v1@v1.9.4"
+  "kueue sigs.k8s.io/kueue/cmd/kueue@v0.17.0"
 )
 # The module that holds a package path: the entry's module is given with its version, so strip
 # the package's path below the module (cmd/...).
 go_module_of() {
   case "$1" in
     sigs.k8s.io/lws/*) echo sigs.k8s.io/lws ;;
+    sigs.k8s.io/kueue/*) echo sigs.k8s.io/kueue ;;
     github.com/kubeflow/trainer/v2/*) echo github.com/kubeflow/trainer/v2 ;;
     github.com/kubeflow/training-operator/*) echo github.com/kubeflow/training-operator ;;
     *) echo "$1" ;;

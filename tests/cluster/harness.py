@@ -283,6 +283,14 @@ class Cluster:
         kc = client_cert(ca, "kube-apiserver-kubelet-client", "system:masters")
         (self.pki / "kubelet-client.crt").write_bytes(kc.cert_pem)
         (self.pki / "kubelet-client.key").write_bytes(kc.key_pem)
+        # The aggregation layer, as kubeadm sets it up: its own CA and a front-proxy client
+        # (Kueue's visibility API is an APIService; without this it is never available, and
+        # the namespace controller cannot finish deleting a namespace).
+        front = tls.make_ca("hostnet-rdma-test-front-proxy-ca")
+        (self.pki / "front-proxy-ca.crt").write_bytes(front.cert_pem)
+        fp = client_cert(front, "front-proxy-client", "")
+        (self.pki / "front-proxy-client.crt").write_bytes(fp.cert_pem)
+        (self.pki / "front-proxy-client.key").write_bytes(fp.key_pem)
         sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         (self.pki / "sa.key").write_bytes(_pem_key(sa))
         # The static token file is read once: every identity's token exists before start.
@@ -392,6 +400,11 @@ class Cluster:
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             # Dial webhook Services at their endpoints: the host runs no kube-proxy.
             "--enable-aggregator-routing=true",
+            f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+            "--requestheader-allowed-names=front-proxy-client", "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             "--profiling=false",
         ])  # fmt: skip
 

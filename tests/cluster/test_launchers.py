@@ -42,7 +42,7 @@ GPU = "test.hostnet-rdma.io/gpu"  # one per node, standing in for nvidia.com/gpu
 NPROC = 2
 WRAPPER_LINE = re.compile(r"^hostnet-rdma: (launcher=.*)$", re.M)
 # All of them; a developer iterating on one may narrow it (never CI: a missing one fails).
-WANTED = os.environ.get("HOSTNET_RDMA_TEST_LAUNCHERS", "jobset,lws,trainer,training-operator,volcano").split(",")
+WANTED = os.environ.get("HOSTNET_RDMA_TEST_LAUNCHERS", "jobset,lws,trainer,training-operator,volcano,kueue").split(",")
 SEED = ROOT / "tests" / "cluster" / "seed"
 
 
@@ -51,15 +51,9 @@ SEED = ROOT / "tests" / "cluster" / "seed"
 
 @pytest.fixture(scope="module")
 def installed(cluster: Cluster, release: dict[str, Any]) -> dict[str, float]:
-    times: dict[str, float] = {}
-    for name in ("jobset", "lws", "trainer", "training-operator"):  # Trainer needs JobSet first
-        if name not in WANTED:
-            continue
-        times[name] = launchers.install(cluster, name)
-        TIMINGS[f"install {name}"] = times[name]
-    if "volcano" in WANTED:
-        times["volcano"] = launchers.install_volcano(cluster)
-        TIMINGS["install volcano"] = times["volcano"]
+    times = launchers.install_all(cluster, WANTED)
+    TIMINGS.update({f"install {name}" if name != "all" else "install all launchers (side by side)": t
+                    for name, t in times.items()})  # fmt: skip
     # The examples select BM.GPU4.8 nodes and ask for GPUs: give the CPU nodes that shape.
     cluster.kubectl("label", "node", "--all", "node.kubernetes.io/instance-type=BM.GPU4.8", "--overwrite")
     for node in cluster.nodes:
@@ -331,6 +325,188 @@ def test_plain_jobset_completes_with_the_default_endpoint(cluster: Cluster, inst
     fields = check_one_store_host(found, "jobset", world=2 * NPROC)
     assert all(f["endpoint"] == "ddp-jobset-workers-0-0.ddp-jobset:23456" for f in fields), fields
     read_back(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-jobset", "jobset-worker")
+
+
+def seed_trainjob(cluster: Cluster, job_file: str) -> list[dict[str, Any]]:
+    """The field report's Trainer v2.3.0 runtime and a TrainJob of its, as written, with the
+    test-machine changes and the opt-in label on the runtime's pod template (README, Opt in)."""
+    image, sites = image_ref(cluster, "train"), torch_sites()
+    (runtime,) = example("trainer-v2-runtime", ML, image, sites, SEED)
+    (job,) = example(job_file, ML, image, sites, SEED)
+    job["metadata"]["namespace"] = ML
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    pod.setdefault("metadata", {}).setdefault("labels", {})["hostnet-rdma.io/inject"] = "enabled"
+    return [runtime, job]
+
+
+def check_trainjob(found: dict[str, str]) -> list[dict[str, str]]:
+    fields = [wrapper_fields(t) for t in found.values()]
+    assert all(f["launcher"] == "trainjob" and f["backend"] == "static" for f in fields), fields
+    worlds = {int(w) for t in found.values() for w in re.findall(r"^DDP-OK rank=\d+ world=(\d+)", t, re.M)}
+    assert len(worlds) == 1, worlds
+    world = worlds.pop()
+    assert len(found) == 2 and sum(ddp_ok(t, world) for t in found.values()) == world, found
+    assert all(ddp_ok(t, world) < world for t in found.values()), "each pod must hold only part of the world"
+    return fields
+
+
+def users_env_kept(c: Cluster, selector: str, runtime: dict[str, Any]) -> None:
+    """Every env value the user's runtime set is in the stored pod unchanged (never overwritten)."""
+    (container,) = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "spec"]["containers"]  # fmt: skip
+    wanted = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    for p in pods(c, ML, selector):
+        (node,) = [x for x in p["spec"]["containers"] if x["name"] == "node"]
+        got = {e["name"]: e.get("value") for e in node.get("env", [])}
+        assert {k: got.get(k) for k in wanted} == wanted, (p["metadata"]["name"], got)
+        assert p["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+
+
+def test_seed_trainjob_v2_3_as_written(cluster: Cluster, installed: dict[str, float]) -> None:
+    """The field report's trainer-v2-runtime.yaml and trainer-v2-trainjob.yaml on Trainer v2.3.0
+    (runtimePatches: the script's ConfigMap): its own dnsPolicy, NCCL env, RDMA volumes and
+    capabilities kept as written; static rendezvous on PET_MASTER_ADDR, node 0 the store."""
+    docs = seed_trainjob(cluster, "trainer-v2-trainjob")
+    selector = "jobset.sigs.k8s.io/jobset-name=ddp-rdma"
+    try:
+        found = run_job(cluster, docs, "trainjob", "ddp-rdma", selector, "Complete",
+                        "TrainJob (the seed's, Trainer v2.3.0) to Complete")  # fmt: skip
+        check_trainjob(found)
+        users_env_kept(cluster, selector, docs[0])
+        read_back(cluster, ML, selector, "trainjob-seed-node")
+    finally:
+        cluster.kubectl("delete", "trainjob", "ddp-rdma", "-n", ML, "--wait=true", "--timeout=60s", check=False)
+
+
+# ------------------------------------------------------------------------------ Kueue
+
+TOPOLOGY = ("oci.oraclecloud.com/rdma.hpc_island_id", "oci.oraclecloud.com/rdma.network_block_id",
+            "oci.oraclecloud.com/rdma.local_block_id")  # fmt: skip
+
+
+def islands(c: Cluster, *ids: str) -> None:
+    """The OCI RDMA topology labels, one island id per node (its blocks its own)."""
+    for node, island in zip(c.nodes, ids, strict=True):
+        c.kubectl("label", "node", node, f"{TOPOLOGY[0]}={island}", f"{TOPOLOGY[1]}=block-{node}",
+                  f"{TOPOLOGY[2]}=local-{node}", "--overwrite")  # fmt: skip
+
+
+def kueue_queues(source: Path, name: str, nodes: int) -> list[dict[str, Any]]:
+    """Topology, ResourceFlavor, ClusterQueue and LocalQueue as written, the GPU quota scaled to
+    the test nodes (one test GPU each) and the LocalQueue in the examples' namespace."""
+    docs = [d for d in yaml.safe_load_all((source / f"{name}.yaml").read_text()) if d]
+    for d in docs:
+        if d["kind"] == "LocalQueue":
+            d["metadata"]["namespace"] = ML
+        if d["kind"] == "ClusterQueue":
+            for group in d["spec"]["resourceGroups"]:
+                group["coveredResources"] = [GPU if r == "nvidia.com/gpu" else r for r in group["coveredResources"]]
+                for flavor in group["flavors"]:
+                    for r in flavor["resources"]:
+                        if r["name"] == "nvidia.com/gpu":
+                            r["name"], r["nominalQuota"] = GPU, nodes
+    return [d for d in docs if d["kind"] != "TrainJob"]
+
+
+def workload_of(c: Cluster, trainjob: str) -> dict[str, Any]:
+    items = c.kubectl_json("get", "workloads", "-n", ML)["items"]
+    mine = [w for w in items if any(o.get("name") == trainjob for o in w["metadata"].get("ownerReferences", []))]
+    return mine[0] if mine else {}
+
+
+def admitted(w: dict[str, Any]) -> bool:
+    return any(x["type"] == "Admitted" and x["status"] == "True" for x in w.get("status", {}).get("conditions", []))
+
+
+def admissions(c: Cluster, since: str, prefix: str) -> dict[str, list[str]]:
+    """The webhook's own admission log lines (both replicas) since a time, per pod name (at
+    CREATE a controller's pod has only its generateName): the outcome of each call, sorted (the
+    two calls of one pod may reach different replicas)."""
+    from tests.cluster.release import RELEASE_NS
+
+    text = c.kubectl("logs", "-n", RELEASE_NS, "-l", "app.kubernetes.io/component=webhook", f"--since-time={since}",
+                     "--prefix=false", "--tail=-1")  # fmt: skip
+    lines = [json.loads(ln) for ln in text.splitlines() if ln.startswith("{") and '"msg":"admission"' in ln]
+    out: dict[str, list[str]] = {}
+    for x in lines:
+        if x.get("pod", "").startswith(prefix):
+            out.setdefault(x["pod"], []).append(x["outcome"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def test_kueue_topology_aware_trainjob(cluster: Cluster, installed: dict[str, float]) -> None:
+    """Kueue v0.17.0 topology-aware scheduling with the field report's Topology / ResourceFlavor /
+    ClusterQueue / LocalQueue and its trainer-v2-trainjob-kueue.yaml. Nodes in two islands: the
+    Workload stays pending (the job needs one island) and no pod exists. Both nodes put in one
+    island: Kueue admits it, its pods carry Kueue's topology gate and our mutation both (ours
+    re-run after Kueue's pod webhook), Kueue ungates them onto the nodes it chose, and the job
+    completes with node 0 the store. Then deploy/examples/trainjob-kueue.yaml the same way."""
+    islands(cluster, "island-a", "island-b")
+    launchers.apply_with_retry(cluster, kueue_queues(SEED, "kueue-rdma-topology", len(cluster.nodes)))
+    docs = seed_trainjob(cluster, "trainer-v2-trainjob-kueue")
+    selector = "jobset.sigs.k8s.io/jobset-name=ddp-rdma-kueue"
+    try:
+        t0 = time.monotonic()
+        launchers.apply_with_retry(cluster, docs)
+        # Pending, bounded: Kueue has seen it (a Workload with its reason) and nothing runs.
+        while True:
+            w = workload_of(cluster, "ddp-rdma-kueue")
+            pending = [x for x in w.get("status", {}).get("conditions", []) if x["type"] == "QuotaReserved"]
+            if pending and pending[0]["status"] == "False" and time.monotonic() - t0 > 20:
+                break
+            assert time.monotonic() - t0 < 90, w
+            time.sleep(1)
+        assert not admitted(w) and pods(cluster, ML, selector) == [], (w, pods(cluster, ML, selector))
+        log(f"kueue, two islands: pending: {pending[0].get('message')}")
+        TIMINGS["Kueue TrainJob, nodes in two islands: pending (checked for)"] = time.monotonic() - t0
+        t1 = time.monotonic()
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
+        islands(cluster, "island-a", "island-a")
+        outcome = condition(cluster, "trainjob", ML, "ddp-rdma-kueue", ("Complete", "Failed"), 300)
+        TIMINGS["Kueue TrainJob (the seed's), one island: relabel to Complete"] = time.monotonic() - t1
+        found = logs_of(cluster, ML, selector)
+        assert outcome == "Complete", failure_report(cluster, ML, selector)
+        check_trainjob(found)
+        w = workload_of(cluster, "ddp-rdma-kueue")
+        assert admitted(w), w
+        topology = w["status"]["admission"]["podSetAssignments"][0].get("topologyAssignment")
+        assert topology, w["status"]["admission"]
+        stored = cluster.kubectl_json("get", "pods", "-n", ML, "-l", selector, "--show-managed-fields")["items"]
+        for p in stored:
+            meta = p["metadata"]
+            assert meta["annotations"].get("kueue.x-k8s.io/podset-required-topology") == TOPOLOGY[0], meta
+            assert "hostnet-rdma.io/injected" in meta["annotations"] and "kueue.x-k8s.io/podset" in meta["labels"]
+            assert not p["spec"].get("schedulingGates"), p["spec"].get("schedulingGates")  # ungated
+            assert p["spec"]["nodeName"] in cluster.nodes
+        read_back(cluster, ML, selector, "trainjob-kueue-node")
+        managers = [(m.get("manager"), m.get("operation"), m.get("subresource")) for p in stored
+                    for m in p["metadata"].get("managedFields", [])]  # fmt: skip
+        # Kueue's gate was on the pod we admitted: the API server records who removed it and
+        # set the node it chose (an Update after our CREATE).
+        ungated = [f for p in stored for f in p["metadata"]["managedFields"]
+                   if f["operation"] == "Update" and "f:nodeSelector" in f["fieldsV1"].get("f:spec", {})]  # fmt: skip
+        assert [f["manager"] for f in ungated] == ["kueue"] * len(stored), managers
+        assert all(p["spec"]["nodeSelector"].get("kubernetes.io/hostname") == p["spec"]["nodeName"] for p in stored)
+        # Each pod was admitted by us twice: mutated, then re-invoked after the webhooks that
+        # came after ours (JobSet's and Kueue's pod webhooks) and left as it was.
+        outcomes = admissions(cluster, since, "ddp-rdma-kueue-node-")
+        assert len(outcomes) == 2 and all(o == ["mutated", "unchanged"] for o in outcomes.values()), outcomes
+        users_env_kept(cluster, selector, docs[0])
+        cluster.kubectl("delete", "trainjob", "ddp-rdma-kueue", "-n", ML, "--wait=true", "--timeout=60s")
+        # The project's own example (on deploy/examples/trainjob.yaml's runtime), on the queues
+        # as applied from it.
+        image, sites = image_ref(cluster, "train"), torch_sites()
+        runtime = [d for d in example("trainjob", ML, image, sites) if d["kind"] == "ClusterTrainingRuntime"]
+        launchers.apply_with_retry(cluster, runtime + kueue_queues(EXAMPLES, "trainjob-kueue", len(cluster.nodes)))
+        job = [d for d in example("trainjob-kueue", ML, image, sites) if d["kind"] == "TrainJob"]
+        found = run_job(cluster, job, "trainjob", "ddp-trainjob-kueue",
+                        "jobset.sigs.k8s.io/jobset-name=ddp-trainjob-kueue", "Complete",
+                        "Kueue TrainJob (deploy/examples/trainjob-kueue.yaml) to Complete")  # fmt: skip
+        check_trainjob(found)
+        assert admitted(workload_of(cluster, "ddp-trainjob-kueue"))
+    finally:
+        for name in ("ddp-rdma-kueue", "ddp-trainjob-kueue"):
+            cluster.kubectl("delete", "trainjob", name, "-n", ML, "--wait=true", "--timeout=60s", check=False)
 
 
 @pytest.fixture
