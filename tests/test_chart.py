@@ -35,7 +35,7 @@ MODES = {
 
 def helm_bin() -> str:
     out = subprocess.run(
-        ["bash", str(ROOT / "scripts/testenv/build-binaries.sh")], capture_output=True, text=True, check=True
+        ["bash", str(ROOT / "scripts/testenv/build-binaries.sh"), "helm"], capture_output=True, text=True, check=True
     )
     cached = Path(out.stdout.strip().splitlines()[-1]) / "helm"
     found = str(cached) if cached.exists() else shutil.which("helm")

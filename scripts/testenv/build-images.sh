@@ -103,6 +103,7 @@ echo "$tref" >"$OUT/train.ref"
 LAUNCHERS_DIR="$CACHE/bin/launchers"
 for bin in "$LAUNCHERS_DIR"/*; do
   [ -x "$bin" ] || continue
+  case "$bin" in *.tmp) continue ;; esac  # one build-launchers.sh is still writing
   name="$(basename "$bin")"            # lws-v0.8.0
   lref="localhost/hostnet-rdma-test/${name%-v*}:v${name##*-v}"
   if [ ! -f "$OUT/launcher-$name.tar" ]; then

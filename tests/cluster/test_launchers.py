@@ -317,6 +317,7 @@ def test_trainjob_completes(cluster: Cluster, installed: dict[str, float]) -> No
     assert len(found) == 2 and sum(ddp_ok(t, world) for t in found.values()) == world
     assert all(ddp_ok(t, world) < world for t in found.values()), "each pod must hold only part of the world"
     read_back(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-trainjob", "trainjob-node")
+    cluster.kubectl("delete", "trainjob", "ddp-trainjob", "-n", ML, "--wait=false")
 
 
 def test_plain_jobset_completes_with_the_default_endpoint(cluster: Cluster, installed: dict[str, float]) -> None:
@@ -325,6 +326,7 @@ def test_plain_jobset_completes_with_the_default_endpoint(cluster: Cluster, inst
     fields = check_one_store_host(found, "jobset", world=2 * NPROC)
     assert all(f["endpoint"] == "ddp-jobset-workers-0-0.ddp-jobset:23456" for f in fields), fields
     read_back(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-jobset", "jobset-worker")
+    cluster.kubectl("delete", "jobset", "ddp-jobset", "-n", ML, "--wait=false")
 
 
 def seed_trainjob(cluster: Cluster, job_file: str) -> list[dict[str, Any]]:
