@@ -17,6 +17,9 @@ OUT="$CACHE/images"
 SUITE=bookworm
 BASE_REF="localhost/hostnet-rdma-testbase:$SUITE"
 mkdir -p "$OUT"
+# One build at a time per cache (scripts/test.sh runs the builds in the background; a test
+# that asks for the same binaries waits for them instead of building them a second time).
+exec 9>"$CACHE/.build-images.lock"; flock 9
 log() { echo "[build-images] $*" >&2; }
 t0=$(date +%s)
 

@@ -12,6 +12,9 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 CACHE="${HOSTNET_RDMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostnet-rdma}"
 OUT="$CACHE/bin/launchers"
 mkdir -p "$OUT"
+# One build at a time per cache (scripts/test.sh runs the builds in the background; a test
+# that asks for the same binaries waits for them instead of building them a second time).
+exec 9>"$CACHE/.build-launchers.lock"; flock 9
 log() { echo "[build-launchers] $*" >&2; }
 
 # name  package@version  (the module version is the pin; its manifests are used as-is)

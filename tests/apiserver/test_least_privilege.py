@@ -11,10 +11,13 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from tests.apiserver.conftest import RELEASE, RELEASE_NS, WEBHOOK_CONFIG, Kube, helm, local_only
 from tests.apiserver.controlplane import ControlPlane
+
+pytestmark = pytest.mark.apiserver
 
 MWC = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{WEBHOOK_CONFIG}"
 KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",

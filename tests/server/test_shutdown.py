@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.server.conftest import start_server
 from tests.server.test_server import POD, review
+
+pytestmark = pytest.mark.server
 
 WORKERS = 32
 
