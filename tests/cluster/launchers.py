@@ -151,7 +151,8 @@ def wait_for_ca_bundles(c: Cluster, name: str, docs: list[dict[str, Any]], timeo
 # well-formed"), or its refresh collides with the first write ("the object has been modified",
 # seen with Trainer v2.3.0). Upstream: open-policy-agent/cert-controller, e.g. kueue#622,
 # metallb#1814. A restarted pod finds the written Secret at start; that is what users are told
-# to do, so the tests do it once, as soon as the log shows either.
+# to do, so the tests do it once, when the Deployment is still not ready well after start and
+# the log shows either.
 CERT_RACE = ("secret is not well-formed, cannot update webhook configurations",
              "could not refresh CA and server certs")  # fmt: skip
 
@@ -163,17 +164,20 @@ def rollout(c: Cluster, ctl: Controller, dep: str, timeout: int) -> subprocess.C
     )  # fmt: skip
 
 
-def wait_ready(c: Cluster, ctl: Controller, dep: str, timeout: float = 240) -> None:
-    """Until the Deployment is rolled out; restarted once as soon as its log shows the
-    cert-controller race (not after a fixed wait: the race is in the log within seconds)."""
-    deadline = time.monotonic() + timeout
+def wait_ready(c: Cluster, ctl: Controller, dep: str, timeout: float = 240, patience: float = 40) -> None:
+    """Until the Deployment is rolled out; restarted once if it is still not ready after
+    `patience` seconds and its log shows the cert-controller race. Not sooner: with two
+    replicas both write the Secret at start and one logs the conflict harmlessly (LWS); a
+    restart then only adds a surge pod that may not fit (seen: Pending, the rollout stuck)."""
+    start = time.monotonic()
+    deadline = start + timeout
     restarted = False
     while True:
         p = rollout(c, ctl, dep, 10)
         if p.returncode == 0:
             return
         logs = c.kubectl("logs", "-n", ctl.namespace, f"deploy/{dep}", "--tail=200", check=False)
-        if not restarted and any(r in logs for r in CERT_RACE):
+        if not restarted and time.monotonic() - start >= patience and any(r in logs for r in CERT_RACE):
             log(f"{ctl.name}: {dep} not ready, its log shows cert-controller's stale-Secret race; restarting it once")
             c.kubectl("rollout", "restart", f"deploy/{dep}", "-n", ctl.namespace)
             restarted = True
