@@ -41,6 +41,7 @@ class Controller:
         return f"{self.name}-{self.version}"
 
 
+TRAINER = "v2.3.0"
 CONTROLLERS = {
     c.name: c
     for c in (
@@ -49,13 +50,13 @@ CONTROLLERS = {
         # The manager overlay adds a remote JobSet release (not reachable here): render its bases
         # and generate the webhook Secret as that overlay does; JobSet comes from its own module.
         Controller(
-            "trainer", "github.com/kubeflow/trainer/v2", "v2.3.0",
+            "trainer", "github.com/kubeflow/trainer/v2", TRAINER,
             ("manifests/base/crds", "manifests/base/manager", "manifests/base/rbac", "manifests/base/webhook"),
             "kubeflow-system", "manager",
             kustomization="namespace: kubeflow-system\n"
             "secretGenerator:\n- name: kubeflow-trainer-webhook-cert\n  namespace: kubeflow-system\n"
             "  options: {disableNameSuffixHash: true}\n"
-            "configMapGenerator:\n- name: kubeflow-trainer-public\n  literals: [kubeflow_trainer_version=v2.3.0]\n"
+            f"configMapGenerator:\n- name: kubeflow-trainer-public\n  literals: [kubeflow_trainer_version={TRAINER}]\n"
             "  options: {disableNameSuffixHash: true}\n",
         ),
         Controller(

@@ -30,7 +30,7 @@ import yaml
 from tests.cluster import launchers
 from tests.cluster.conftest import torch_sites
 from tests.cluster.harness import ROOT, Cluster, log
-from tests.cluster.release import OFF, image_ref
+from tests.cluster.release import OFF, RELEASE_NS, image_ref
 from tests.cluster.timings import TIMINGS
 
 pytestmark = pytest.mark.cluster
@@ -424,8 +424,6 @@ def admissions(c: Cluster, since: str, prefix: str) -> dict[str, list[str]]:
     """The webhook's own admission log lines (both replicas) since a time, per pod name (at
     CREATE a controller's pod has only its generateName): the outcome of each call, sorted (the
     two calls of one pod may reach different replicas)."""
-    from tests.cluster.release import RELEASE_NS
-
     text = c.kubectl("logs", "-n", RELEASE_NS, "-l", "app.kubernetes.io/component=webhook", f"--since-time={since}",
                      "--prefix=false", "--tail=-1")  # fmt: skip
     lines = [json.loads(ln) for ln in text.splitlines() if ln.startswith("{") and '"msg":"admission"' in ln]
@@ -443,6 +441,12 @@ def test_kueue_topology_aware_trainjob(cluster: Cluster, installed: dict[str, fl
     island: Kueue admits it, its pods carry Kueue's topology gate and our mutation both (ours
     re-run after Kueue's pod webhook), Kueue ungates them onto the nodes it chose, and the job
     completes with node 0 the store. Then deploy/examples/trainjob-kueue.yaml the same way."""
+    # Kueue's visibility API is an aggregated APIService: available only because the test API
+    # server has the aggregation layer (front-proxy), as kubeadm sets it up.
+    for version in ("v1beta1", "v1beta2"):
+        svc = cluster.kubectl_json("get", "apiservice", f"{version}.visibility.kueue.x-k8s.io")
+        conditions = {x["type"]: x["status"] for x in svc.get("status", {}).get("conditions", [])}
+        assert conditions.get("Available") == "True", svc.get("status")
     islands(cluster, "island-a", "island-b")
     launchers.apply_with_retry(cluster, kueue_queues(SEED, "kueue-rdma-topology", len(cluster.nodes)))
     docs = seed_trainjob(cluster, "trainer-v2-trainjob-kueue")
