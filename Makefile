@@ -17,6 +17,8 @@ setup: $(STAMP)
 # HOSTNET_RDMA_PURE=1 says so for older checkouts. The image compiles the core with mypyc, and
 # `make test` checks the compiled build too (scripts/testenv/build-compiled.sh).
 $(STAMP): pyproject.toml setup.py
+	@# torch from PyPI (when the machine has none) unpacks to ~7 GB: say so before pip fails on it.
+	@df -Pk . | awk 'NR==2 && $$4 < 10*1024*1024 { printf "[setup] warning: %.1f GiB free here; a fresh install of torch needs ~7 GiB, a cold make test ~35 GiB\n", $$4/1048576 }' >&2
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	HOSTNET_RDMA_PURE=1 $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,rendezvous]'

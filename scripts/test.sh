@@ -16,6 +16,11 @@ VENV="${VENV:-.venv}"
 export PATH="$PWD/$VENV/bin:$PATH"
 PY="$VENV/bin/python"
 scripts/lint.sh
+# A cold run writes ~25 GiB (Go build cache, the binaries, buildah's images); a full disk shows
+# up late and far from its cause, so say it first.
+cache="${HOSTNET_RDMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostnet-rdma}"
+mkdir -p "$cache"
+df -Pk "$cache" | awk 'NR==2 && $4 < 25*1024*1024 { printf "[test] warning: %.1f GiB free for %s; a cold run needs ~25 GiB\n", $4/1048576, "'"$cache"'" }' >&2
 step() { local t0; t0=$(date +%s); "$@" >/dev/null; echo "[test] $(basename "$1"): $(( $(date +%s) - t0 ))s" >&2; }
 step scripts/testenv/install-system-deps.sh
 step scripts/testenv/build-compiled.sh

@@ -121,5 +121,15 @@ for bin in "$LAUNCHERS_DIR"/*; do
   echo "$lref" >"$OUT/launcher-$name.ref"
 done
 
+# 6. Superseded builds of our own images: every change to app/ or the README builds the webhook
+#    image again (~1 GB in buildah's storage with its build stage); the nodes import the tars
+#    above, not this storage, so only the current build is kept.
+keep="$(cat "$OUT/webhook.ref") $(cat "$OUT/wrapper.ref") $tref"
+buildah images --format '{{.Name}}:{{.Tag}}' \
+  | grep -E '^localhost/hostnet-rdma(-wrapper|-train)?:' | while read -r ref; do
+    case " $keep " in *" $ref "*) ;; *) buildah rmi "$ref" >/dev/null 2>&1 || true ;; esac
+  done
+buildah rmi --prune >/dev/null 2>&1 || true
+
 log "images ready in $(( $(date +%s) - t0 ))s"
 echo "$OUT"
