@@ -124,6 +124,23 @@ def answer(body: bytes, params: Params) -> ReviewResult:
         )  # fmt: skip
 
 
+# The Params of the request's namespace, made once per namespace for the live Params (the
+# server's until a config reload): dataclasses.replace costs ~1.3 us a review. Bounded.
+_NAMESPACED: list[Any] = [None, {}]
+
+
+def _in_namespace(params: Params, namespace: str) -> Params:
+    if _NAMESPACED[0] is not params:
+        _NAMESPACED[0], _NAMESPACED[1] = params, {}
+    known: dict[str, Params] = _NAMESPACED[1]
+    found = known.get(namespace)
+    if found is None:
+        if len(known) >= 1024:
+            known.clear()
+        found = known[namespace] = dataclasses.replace(params, namespace=namespace)
+    return found
+
+
 def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     namespace = str(request.get("namespace") or "")
     operation = request.get("operation")
@@ -139,7 +156,7 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     name = str(meta.get("name") or meta.get("generateName") or "")
     if namespace and namespace != params.namespace:
-        params = dataclasses.replace(params, namespace=namespace)
+        params = _in_namespace(params, namespace)
     # An Event on the pod's job (app.events), on its first admission only: not a dry run, not
     # a pod that already carries our status. Here only a tuple: the recorder's thread does the rest.
     first = request.get("dryRun") is not True

@@ -29,6 +29,25 @@ class Context:
     # `problems`, for whoever reads the pod rather than the admission warnings.
     problems: list[str] = field(default_factory=list)
 
+    # Written out, as LauncherInfo's: the generated one runs interpreted in the compiled core.
+    def __init__(
+        self,
+        params: Params,
+        info: LauncherInfo,
+        annotations: dict[str, str],
+        profile: Profile,
+        training: list[int],
+        warnings: list[str] | None = None,
+        problems: list[str] | None = None,
+    ) -> None:
+        self.params = params
+        self.info = info
+        self.annotations = annotations
+        self.profile = profile
+        self.training = training
+        self.warnings = [] if warnings is None else warnings
+        self.problems = [] if problems is None else problems
+
     def flag(self, annotation: str, default: bool) -> bool:
         """A boolean knob: the pod annotation if it is a clear true/false, else the default."""
         raw = self.annotations.get(annotation)

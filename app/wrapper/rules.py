@@ -373,8 +373,18 @@ def names_a_pod(host: str, identities: Sequence[str], peers: Sequence[str]) -> b
     if host in identities or not peers or not identities:
         return True
     own_host = identities[0]
-    suffixes = {i[len(own_host) :] for i in identities if i.startswith(own_host + ".")} | {""}
-    return any(fnmatch.fnmatchcase(host, peer + suffix) for peer in peers for suffix in suffixes)
+    suffixes = frozenset({i[len(own_host) :] for i in identities if i.startswith(own_host + ".")} | {""})
+    # One regex for every pattern with every suffix, made once per job shape (fnmatchcase per
+    # pair cost ~1 us each at every admission); fnmatch.translate's are anchored. Bounded.
+    key = (tuple(peers), suffixes)
+    if key not in _PEERS:
+        if len(_PEERS) > 255:
+            _PEERS.clear()
+        _PEERS[key] = re.compile("|".join(fnmatch.translate(p + s) for p in peers for s in suffixes))
+    return _PEERS[key].match(host) is not None
+
+
+_PEERS: Dict[Tuple[Tuple[str, ...], FrozenSet[str]], re.Pattern[str]] = {}
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -8,9 +8,9 @@ from typing import Any, Protocol
 Pod = dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass
 class LauncherInfo:
-    """What the owning launcher implies for this pod's rendezvous.
+    """What the owning launcher implies for this pod's rendezvous; read-only by convention.
 
     Values may contain ``${VAR}``: the wrapper expands them from the container env at run
     time (launchers such as Volcano and LWS publish host lists only as runtime env).
@@ -34,6 +34,36 @@ class LauncherInfo:
     # Glob patterns of the host names of the job's pods (`job-*`): an endpoint matching none
     # names no pod, so nobody would host the store (reported at admission and run time).
     peers: tuple[str, ...] = ()
+
+    # Written out: the dataclass's generated __init__ runs interpreted even in the compiled
+    # core (~2 us a pod when frozen); this one compiles. Same fields, same order and defaults.
+    def __init__(
+        self,
+        launcher: str,
+        job: str = "",
+        hostname: str = "",
+        subdomain: str = "",
+        advertised_address: str = "",
+        service_per_pod: bool = False,
+        rdzv_endpoint: str = "",
+        rdzv_backend: str = "",
+        rdzv_id: str = "",
+        nnodes: str = "",
+        designated_container: str = "",
+        peers: tuple[str, ...] = (),
+    ) -> None:
+        self.launcher = launcher
+        self.job = job
+        self.hostname = hostname
+        self.subdomain = subdomain
+        self.advertised_address = advertised_address
+        self.service_per_pod = service_per_pod
+        self.rdzv_endpoint = rdzv_endpoint
+        self.rdzv_backend = rdzv_backend
+        self.rdzv_id = rdzv_id
+        self.nnodes = nnodes
+        self.designated_container = designated_container
+        self.peers = peers
 
     def _bases(self) -> list[str]:
         """The names a Service makes for this pod, before the namespace: `host.subdomain`
@@ -81,14 +111,24 @@ def spec(pod: Pod) -> dict[str, Any]:
     return s if isinstance(s, dict) else {}
 
 
+def _strings(v: object) -> dict[str, str]:
+    """A string map as the adapters read it, never to be written. The API server sends labels
+    and annotations as strings, so the pod's own dict is returned (detection reads them ~5
+    times a pod); a hand-written pod (`hostnet-rdma mutate`) may have other scalars: a copy."""
+    if not isinstance(v, dict):
+        return {}
+    for k, x in v.items():
+        if type(k) is not str or type(x) is not str:
+            return {str(k): str(x) for k, x in v.items()}
+    return v
+
+
 def pod_labels(pod: Pod) -> dict[str, str]:
-    v = meta(pod).get("labels")
-    return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else {}
+    return _strings(meta(pod).get("labels"))
 
 
 def pod_annotations(pod: Pod) -> dict[str, str]:
-    v = meta(pod).get("annotations")
-    return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else {}
+    return _strings(meta(pod).get("annotations"))
 
 
 def name(pod: Pod) -> str:
