@@ -22,4 +22,5 @@ def select(pod: dict[str, Any], config: InjectConfig, warnings: list[str]) -> tu
     instance_type = selector.get(names.INSTANCE_TYPE_LABEL) if isinstance(selector, dict) else None
     if instance_type and instance_type in config.profiles:
         return config.profiles[instance_type], f"nodeSelector {names.INSTANCE_TYPE_LABEL}={instance_type}"
-    return config.profiles.get(config.default_profile, Profile(config.default_profile, ())), "default"
+    found = config.profiles.get(config.default_profile)  # not .get(k, Profile(...)): that builds one every pod
+    return (found if found is not None else Profile(config.default_profile, ())), "default"
