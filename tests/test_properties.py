@@ -299,3 +299,63 @@ def test_pet_names_of_every_torchrun_option() -> None:
     for option in set(rules.LONG.values()):
         assert rules.pet_name(option) == "PET_" + option[2:].replace("-", "_").upper()
     assert rules.pet_name("--not-an-option") == "PET_NOT_AN_OPTION"
+
+
+def test_script_split_memo_gives_fresh_lists_and_stays_bounded() -> None:
+    script = 'set -e; torchrun --nnodes="$N" train.py'
+    first = shwords.split(script)
+    first.append("poisoned")  # a caller's list is its own
+    assert shwords.split(script) == _shlex_words(script)
+    for i in range(shwords._SPLIT_MAX + 10):
+        shwords.split(f"echo {i} && torchrun train.py")
+    assert len(shwords._SPLIT) <= shwords._SPLIT_MAX
+    huge = "torchrun " + "x " * shwords._SPLIT_MAX_LENGTH  # user input: split, never kept
+    assert shwords.split(huge)[0] == "torchrun"
+    assert huge not in shwords._SPLIT
+
+
+@settings(max_examples=2000)
+@given(
+    st.from_regex(r"[a-z][a-z0-9.-]{0,20}", fullmatch=True),
+    st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,6}\*?", fullmatch=True), min_size=1, max_size=3),
+)
+def test_peer_patterns_match_as_fnmatch_does(host: str, peers: list[str]) -> None:
+    import fnmatch
+
+    from app.wrapper import rules
+
+    identities = ["w-0", "w-0.sub", "w-0.sub.ns", "w-0.sub.ns.svc"]
+    suffixes = {i[len("w-0") :] for i in identities if i.startswith("w-0.")} | {""}
+    want = any(fnmatch.fnmatchcase(host, p + s) for p in peers for s in suffixes)
+    assert rules.names_a_pod(host, identities, peers) is want
+    assert len(rules._PEERS) <= 256
+
+
+@settings(max_examples=300)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+                    max_leaves=30))  # fmt: skip
+def test_the_pod_copy_is_deep_where_json_can_be_written(value: Any) -> None:
+    from app.core.mutate import _json_copy
+
+    copy = _json_copy(value)
+    assert copy == value
+
+    def containers(v: Any) -> list[Any]:
+        if isinstance(v, dict):
+            return [v, *(c for x in v.values() for c in containers(x))]
+        if isinstance(v, list):
+            return [v, *(c for x in v for c in containers(x))]
+        return []
+
+    mine = {id(c) for c in containers(value)}
+    assert not any(id(c) in mine for c in containers(copy))
+
+
+def test_labels_of_a_hand_written_pod_are_read_as_strings() -> None:
+    from app.core.launchers.base import pod_annotations, pod_labels
+
+    api = {"metadata": {"labels": {"a": "1"}, "annotations": {"b": "x"}}}
+    assert pod_labels(api) is api["metadata"]["labels"]  # as the API server sends them: no copy
+    yaml_pod = {"metadata": {"labels": {"a": 1, 2: True}, "annotations": None}}
+    assert pod_labels(yaml_pod) == {"a": "1", "2": "True"} and pod_annotations(yaml_pod) == {}

@@ -183,9 +183,10 @@ def _status(params: Params, info: LauncherInfo, profile: str, skipped: dict[str,
 
 def _writable(pod: Obj) -> Obj:
     """A copy of the pod for the steps to write: fresh where they write (metadata and its
-    annotations, spec and its volume and init-container lists, the containers, deep), shared
-    where they only read (labels, owner references, every other spec field). The diff then
-    skips the shared parts by identity. Steps write nowhere else (test_input_is_never_modified)."""
+    annotations, spec and its volume and init-container lists, each container and, deep, its
+    WRITTEN fields), shared where they only read (labels, owner references, every other spec
+    and container field: resources, probes, ports...). The diff then skips the shared parts by
+    identity. Steps write nowhere else (test_input_is_never_modified)."""
     out = dict(pod)
     meta = pod.get("metadata")
     if isinstance(meta, dict):
@@ -196,7 +197,23 @@ def _writable(pod: Obj) -> Obj:
     for key in ("volumes", "initContainers"):
         if isinstance(spec.get(key), list):
             spec[key] = list(spec[key])
-    spec["containers"] = _json_copy(spec["containers"])
+    spec["containers"] = [_container_copy(c) for c in spec["containers"]]
+    return out
+
+
+# The container fields the steps write into (lists appended to, entries and dicts changed);
+# they assign others (`command`) whole, which a shallow copy allows.
+WRITTEN = ("env", "volumeMounts", "securityContext")
+
+
+def _container_copy(container: Any) -> Any:
+    if not isinstance(container, dict):
+        return container
+    out = dict(container)
+    for key in WRITTEN:
+        value = out.get(key)
+        if isinstance(value, dict | list):
+            out[key] = _json_copy(value)
     return out
 
 

@@ -23,10 +23,12 @@ _PLAIN = re.compile(r"[();<>|&]+|[^ \t\r\n();<>|&]+")
 
 
 # Scripts already split, by their text: every pod of a job carries its template's script, so
-# all but the first are a lookup (the launchers' scripts cost ~10 us to split). Bounded: a
-# full cache is emptied, never grown.
+# all but the first are a lookup (the launchers' scripts cost ~10 us to split). Bounded in
+# entries (a full cache is emptied, never grown) and in what one entry may hold: a script is
+# user input, and may be a megabyte.
 _SPLIT: dict[str, tuple[str, ...]] = {}
 _SPLIT_MAX = 256
+_SPLIT_MAX_LENGTH = 8192
 
 
 def split(script: str) -> list[str]:
@@ -34,9 +36,10 @@ def split(script: str) -> list[str]:
     if known is not None:
         return list(known)
     words = _PLAIN.findall(script) if not _SPECIAL.search(script) else _split(script)
-    if len(_SPLIT) >= _SPLIT_MAX:
-        _SPLIT.clear()
-    _SPLIT[script] = tuple(words)
+    if len(script) <= _SPLIT_MAX_LENGTH:
+        if len(_SPLIT) >= _SPLIT_MAX:
+            _SPLIT.clear()
+        _SPLIT[script] = tuple(words)
     return words
 
 
