@@ -1,6 +1,7 @@
 """How contributors install the project: `pip install -e .` (no HOSTNET_RDMA_PURE) stays plain
 Python, and leaves nothing in `git status`. Compiled in place, the core's extension modules
-would sit beside the sources and be imported instead of them: edits would have no effect."""
+would sit beside the sources and be imported instead of them: edits would have no effect. And
+what `make test` runs keeps a green run's exit status."""
 
 from __future__ import annotations
 
@@ -59,3 +60,21 @@ def test_an_editable_install_is_plain_python_and_leaves_git_status_clean(tmp_pat
     clean = {k: v for k, v in env.items() if k != "PYTHONPATH"}
     where = subprocess.run([str(env_py), "-c", code, *deps], capture_output=True, text=True, cwd=tmp_path, env=clean)
     assert where.stdout.strip() == str(tree / "app" / "core" / "mutate.py"), where.stderr[-2000:]
+
+
+def test_the_test_scripts_cleanup_keeps_a_green_runs_exit_status(tmp_path: Path) -> None:
+    """scripts/test.sh's EXIT trap runs under `set -e`: once the background builds have ended,
+    its pkill finds no child and fails, and a failing trap command becomes the script's exit
+    status. A fresh-clone `.ci/run` of 2026-12-01 passed all 728 tests and exited 1 this way."""
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "test.sh").read_text()
+    trap = next(line for line in script.splitlines() if line.startswith("trap ") and "EXIT" in line)
+    setup = tmp_path / "setup"
+    setup.mkdir()
+    for status in (0, 3):
+        probe = (
+            f"set -euo pipefail\nSETUP={setup}\n( true ) &\nBUILDS=$!\n{trap}\nwait \"$BUILDS\"\nsleep 0.2\n"
+            f"exit {status}\n"
+        )
+        done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
+        assert done.returncode == status, done.stderr
+    assert not setup.exists()  # and it still cleans up
