@@ -72,7 +72,7 @@ def test_the_test_scripts_cleanup_keeps_a_green_runs_exit_status(tmp_path: Path)
     setup.mkdir()
     for status in (0, 3):
         probe = (
-            f"set -euo pipefail\nSETUP={setup}\n( true ) &\nBUILDS=$!\n{trap}\nwait \"$BUILDS\"\nsleep 0.2\n"
+            f'set -euo pipefail\nSETUP={setup}\n( true ) &\nBUILDS=$!\n{trap}\nwait "$BUILDS"\nsleep 0.2\n'
             f"exit {status}\n"
         )
         done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
