@@ -240,3 +240,19 @@ def test_a_bug_in_one_review_of_a_batch_fails_that_request_alone(monkeypatch: py
     results = asyncio.run(go())
     assert isinstance(results[2], RuntimeError)
     assert [json.loads(r[1])["response"]["uid"] for i, r in enumerate(results) if i != 2] == ["a", "b", "c"]
+
+
+def test_each_namespace_gets_its_own_params_and_a_new_config_drops_the_old_ones() -> None:
+    """review._in_namespace keeps one Params per request namespace for the live Params: the
+    namespace must be the request's, and a config reload (a new Params) must not see stale ones."""
+    from app import review
+
+    live = Params(config=config.from_dict({}), namespace="default", wrapper_payload="p", version="v")
+    a, b = review._in_namespace(live, "team-a"), review._in_namespace(live, "team-b")
+    assert (a.namespace, b.namespace) == ("team-a", "team-b") and a.config is live.config
+    assert review._in_namespace(live, "team-a") is a  # made once
+    reloaded = Params(
+        config=config.from_dict({"inject": {"shm": False}}), namespace="default", wrapper_payload="p", version="v"
+    )
+    again = review._in_namespace(reloaded, "team-a")
+    assert again is not a and again.config is reloaded.config and again.namespace == "team-a"

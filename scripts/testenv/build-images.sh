@@ -123,7 +123,10 @@ done
 
 # 6. Superseded builds of our own images: every change to app/ or the README builds the webhook
 #    image again (~1 GB in buildah's storage with its build stage); the nodes import the tars
-#    above, not this storage, so only the current build is kept.
+#    above, not this storage, so only the current build is kept. The prune removes every
+#    dangling (untagged) image in this machine's buildah storage, ours being the build stages
+#    of the removed tags: on a machine where someone builds other images, their untagged
+#    layers go too (README says so).
 keep="$(cat "$OUT/webhook.ref") $(cat "$OUT/wrapper.ref") $tref"
 buildah images --format '{{.Name}}:{{.Tag}}' \
   | grep -E '^localhost/hostnet-rdma(-wrapper|-train)?:' | while read -r ref; do
