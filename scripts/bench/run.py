@@ -102,6 +102,19 @@ def loadgen(
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def stall_probe(bin_dir: Path, seconds: float) -> dict[str, Any]:
+    """How much of each core the machine took away while nothing else ran (stallprobe, one per
+    core at once): p99 at a low load cannot be shown below the stalls' length when they cover
+    more than ~1% of the time a request is in flight."""
+    procs = [subprocess.Popen(pin(c, [str(bin_dir / "stallprobe"), "-duration", f"{seconds}s", "-label", f"core{c}"]),
+                              stdout=subprocess.PIPE, text=True) for c in (0, 1)]  # fmt: skip
+    out = {}
+    for proc in procs:
+        r = json.loads((proc.communicate()[0] or "{}").strip().splitlines()[-1])
+        out[r.pop("label")] = r
+    return out
+
+
 HELM = (
     Path(os.environ.get("HOSTNET_RDMA_CACHE", Path.home() / ".cache" / "hostnet-rdma")) / "bin" / "k8s-1.36.3" / "helm"
 )
@@ -278,6 +291,8 @@ def main() -> int:
     ap.add_argument("--pods", type=int, default=200, help="pods per side for the API-server comparison (0 skips)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="runs of every point, interleaved across the targets; the median round counts")  # fmt: skip
+    ap.add_argument("--stall-probe", type=float, default=5.0,
+                    help="seconds of the machine-stall probe before each round")  # fmt: skip
     ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
@@ -293,16 +308,22 @@ def main() -> int:
     def point(name: str, url: str, rate: float) -> dict[str, Any]:
         r = loadgen(bin_dir, url, work / "tls" / tls.CA_FILE, work / "bodies", rate, args.duration, name)
         label = "saturation" if rate == 0 else f"{rate:.0f} req/s"
+        late = f"  send delay p99 {r['send_delay_p99_ms']:6.3f} ms" if rate else ""
         print(f"{name:13s} {label:>11s}: achieved {r['achieved_rps']:8.0f} req/s  p50 {r['p50_ms']:7.3f} ms  "
-              f"p99 {r['p99_ms']:7.3f} ms  max {r['max_ms']:8.3f} ms  errors {r['errors']}", file=sys.stderr)  # fmt: skip
+              f"p99 {r['p99_ms']:7.3f} ms  max {r['max_ms']:8.3f} ms  errors {r['errors']}{late}", file=sys.stderr)  # fmt: skip
         return r
 
     # Every point is run `rounds` times, the rounds interleaved across the targets, and the median
     # round counts (by p99 at a fixed load, by throughput at saturation): a burst of noise from the
     # host, or start-up, lands on one round of one target, not on its only figure.
     runs: dict[str, dict[float, list[dict[str, Any]]]] = {name: {r: [] for r in [*rates, 0.0]} for name in targets}
+    stalls: list[dict[str, Any]] = []
     try:
         for _ in range(args.rounds):
+            stalls.append(stall_probe(bin_dir, args.stall_probe))
+            print("machine stalls (ms per s, longest ms): " + ", ".join(
+                f"{core} {s['stalled_ms_per_s']:.1f} / {s['longest_ms']:.1f}" for core, s in stalls[-1].items()),
+                file=sys.stderr)  # fmt: skip
             for rate in [*rates, 0.0]:
                 for name, (url, _) in targets.items():
                     runs[name][rate].append(point(name, url, rate))
@@ -329,6 +350,11 @@ def main() -> int:
             name: {f"{rate:.0f}": [r["p99_ms"] for r in rs] for rate, rs in by_rate.items() if rate}
             for name, by_rate in runs.items()
         },
+        "send_delay_p99_rounds_ms": {
+            name: {f"{rate:.0f}": [r["send_delay_p99_ms"] for r in rs] for rate, rs in by_rate.items() if rate}
+            for name, by_rate in runs.items()
+        },
+        "machine_stalls_rounds": stalls,
         "ratio_to_go_baseline": round(sat["hostnet-rdma"] / sat["go-baseline"], 3),
         "ratio_to_tls_floor": round(sat["hostnet-rdma"] / sat["tls-floor"], 3),
         "ratio_to_python_tls_floor": round(sat["hostnet-rdma"] / sat["python-tls-floor"], 3),
