@@ -62,6 +62,35 @@ def test_an_editable_install_is_plain_python_and_leaves_git_status_clean(tmp_pat
     assert where.stdout.strip() == str(tree / "app" / "core" / "mutate.py"), where.stderr[-2000:]
 
 
+def test_the_disk_warnings_fire_below_their_thresholds_only(tmp_path: Path) -> None:
+    """`make setup` (10 GiB) and scripts/test.sh (25 GiB) say the disk is short before pip or a
+    Go build fails on it far from the cause (stop 31's CI). Their df | awk lines run against a
+    df that reports a given free space."""
+    make_line = next(
+        line for line in (ROOT / "Makefile").read_text().splitlines() if "warning:" in line and "df " in line
+    )
+    test_line = next(line for line in (ROOT / "scripts" / "test.sh").read_text().splitlines() if "warning:" in line)
+    # Make's recipe line: no leading "@", and "$$" is the shell's "$".
+    cases = {"setup": (make_line.strip().lstrip("@").replace("$$", "$"), 10), "test": (test_line, 25)}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, (line, threshold_gib) in cases.items():
+        for free_gib, warns in ((threshold_gib - 0.5, True), (threshold_gib + 0.5, False)):
+            df = bin_dir / "df"
+            df.write_text(
+                "#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\n"
+                f"echo '/dev/x 300000000 1 {int(free_gib * 1024 * 1024)} 1% /'\n"
+            )
+            df.chmod(0o755)
+            env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "cache": str(tmp_path)}
+            done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env, timeout=30)
+            assert done.returncode == 0, (name, done.stderr)
+            if warns:
+                assert f"[{name}] warning: {free_gib:.1f} GiB free" in done.stderr, (name, free_gib, done.stderr)
+            else:
+                assert done.stderr == "", (name, free_gib, done.stderr)
+
+
 def test_the_test_scripts_cleanup_keeps_a_green_runs_exit_status(tmp_path: Path) -> None:
     """scripts/test.sh's EXIT trap runs under `set -e`: once the background builds have ended,
     its pkill finds no child and fails, and a failing trap command becomes the script's exit
