@@ -105,15 +105,23 @@ def bounded_protocol(
     # its first byte, cancelled at its end) cost ~2% of saturation throughput.
     armed: dict[Any, float] = {}
     interval = min(1.0, request_timeout / 4)
-    sweeping: list[asyncio.TimerHandle | None] = [None]
+    # The loop the sweep is scheduled on, or None: a class used again under a new event loop
+    # (a server started twice in one process) must not count on a sweep of the old one.
+    sweeping: list[asyncio.AbstractEventLoop | None] = [None]
 
     def sweep(loop: asyncio.AbstractEventLoop) -> None:
         now = loop.time()
         for protocol, deadline in list(armed.items()):
-            if deadline <= now:
+            if protocol.loop is not loop:  # a connection of an earlier loop, gone with it
+                if protocol.loop.is_closed():
+                    del armed[protocol]
+            elif deadline <= now:
                 del armed[protocol]
                 protocol._expire()
-        sweeping[0] = loop.call_later(interval, sweep, loop) if armed else None
+        if armed:
+            loop.call_later(interval, sweep, loop)
+        else:
+            sweeping[0] = None
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -125,8 +133,9 @@ def bounded_protocol(
 
         def _arm(self) -> None:
             armed[self] = self.loop.time() + request_timeout
-            if sweeping[0] is None:
-                sweeping[0] = self.loop.call_later(interval, sweep, self.loop)
+            if sweeping[0] is not self.loop:
+                sweeping[0] = self.loop
+                self.loop.call_later(interval, sweep, self.loop)
 
         def _disarm(self) -> None:
             armed.pop(self, None)

@@ -109,3 +109,32 @@ def test_the_servers_protocol_writes_through_a_coalescing_transport() -> None:
         protocol.connection_lost(None)
 
     asyncio.run(go())
+
+
+def test_request_deadlines_are_swept_under_a_second_event_loop() -> None:
+    """One sweep checks every connection's request deadline; it is scheduled on the loop that
+    armed the first deadline. The same protocol class under a later loop (a server started again
+    in one process) gets a sweep of its own: a connection that sends nothing is still closed."""
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    from app.protocol import bounded_protocol
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:  # never called here
+        raise AssertionError
+
+    config = Config(asgi, http="httptools")
+    config.load()
+    cls = bounded_protocol(0.2, 8192)
+
+    async def connect(wait: float) -> Recording:
+        protocol = cls(config=config, server_state=ServerState(), app_state={})
+        real = Recording()
+        protocol.connection_made(real)
+        await asyncio.sleep(wait)
+        return real
+
+    first = asyncio.run(connect(0))  # its loop ends before any sweep ran
+    assert not first.closing
+    second = asyncio.run(connect(0.5))  # sends nothing for over its 0.2 s
+    assert second.closing
