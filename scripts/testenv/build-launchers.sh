@@ -17,28 +17,14 @@ mkdir -p "$OUT"
 exec 9>"$CACHE/.build-launchers.lock"; flock 9
 log() { echo "[build-launchers] $*" >&2; }
 
-# name  package@version  (the module version is the pin; its manifests are used as-is)
-LAUNCHERS=(
-  "lws sigs.k8s.io/lws/cmd@v0.8.0"
-  "jobset sigs.k8s.io/jobset@v0.12.0"
-  "trainer github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager@v2.3.0"
-  "training-operator github.com/kubeflow/training-operator/cmd/training-operator.v1@v1.9.4"
-  "kueue sigs.k8s.io/kueue/cmd/kueue@v0.17.0"
-)
-# The module that holds a package path: the entry's module is given with its version, so strip
-# the package's path below the module (cmd/...).
-go_module_of() {
-  case "$1" in
-    sigs.k8s.io/lws/*) echo sigs.k8s.io/lws ;;
-    sigs.k8s.io/kueue/*) echo sigs.k8s.io/kueue ;;
-    github.com/kubeflow/trainer/v2/*) echo github.com/kubeflow/trainer/v2 ;;
-    github.com/kubeflow/training-operator/*) echo github.com/kubeflow/training-operator ;;
-    *) echo "$1" ;;
-  esac
-}
-for entry in "${LAUNCHERS[@]}"; do
-  read -r name pkg <<<"$entry"
-  version="${pkg##*@}"
+# The pins: scripts/testenv/launchers.pins (also read by tests/cluster/launchers.py). Each
+# module's manifests at that version are used as-is.
+PINS="$ROOT/scripts/testenv/launchers.pins"
+pin() { awk -v n="$1" '$1 == n { print $2, $3, $4 }' "$PINS"; }
+# fd 3, not stdin: nothing in the loop may read the pins instead of the loop.
+while read -r name module_root sub version <&3; do
+  [ "$name" = volcano ] && continue
+  if [ "$sub" = . ]; then module="$module_root"; else module="$module_root/$sub"; fi
   bin="$OUT/$name-$version"
   [ -x "$bin" ] && continue
   start=$(date +%s)
@@ -47,7 +33,6 @@ for entry in "${LAUNCHERS[@]}"; do
   # proxy here refuses for these modules, though it serves the pinned versions themselves.
   # A throwaway module requiring the exact version builds the same binary.
   tmp="$(mktemp -d)"
-  module="${pkg%@*}"; module_root="$(go_module_of "$module")"
   (cd "$tmp" && go mod init hostnet-rdma-launcher >/dev/null 2>&1 \
     && go mod edit -require="$module_root@$version" \
     && GOFLAGS=-mod=mod go mod download "$module_root@$version" \
@@ -55,23 +40,23 @@ for entry in "${LAUNCHERS[@]}"; do
   mv "$bin.tmp" "$bin"
   rm -rf "$tmp"
   log "built $name $version in $(( $(date +%s) - start ))s"
-done
+done 3< <(grep -v '^#' "$PINS" | awk 'NF')
 
 # Volcano: three binaries (controller-manager, scheduler, webhook-manager) and its source tree
 # (CRDs, installer/volcano-development.yaml, the admission certificate script), which the
 # cluster tier installs from (tests/cluster/launchers.py).
-VOLCANO=v1.15.1
+read -r VOLCANO_MODULE VOLCANO_PKGS VOLCANO <<<"$(pin volcano)"
 SRC="$CACHE/src/volcano-$VOLCANO"
 if [ ! -f "$SRC/.ready" ] || [ ! -x "$OUT/volcano-scheduler-$VOLCANO" ]; then
   start=$(date +%s)
   tmp="$(mktemp -d)"
   build_volcano() {
     (cd "$SRC" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$tmp/" \
-      ./cmd/controller-manager ./cmd/scheduler ./cmd/webhook-manager)
+      $(printf './%s ' ${VOLCANO_PKGS//,/ }))
   }
   from=""
   rm -rf "$SRC"; mkdir -p "$SRC"
-  if dir=$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "volcano.sh/volcano@$VOLCANO" 2>/dev/null \
+  if dir=$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "$VOLCANO_MODULE@$VOLCANO" 2>/dev/null \
       | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'); then
     cp -R "$dir"/. "$SRC"; chmod -R u+w "$SRC"
     # The module zip leaves out its nested volcano.sh/apis module (staging/), which go.mod
@@ -89,7 +74,7 @@ if [ ! -f "$SRC/.ready" ] || [ ! -x "$OUT/volcano-scheduler-$VOLCANO" ]; then
     build_volcano
     from="third_party/"
   fi
-  for b in controller-manager scheduler webhook-manager; do mv "$tmp/$b" "$OUT/volcano-$b-$VOLCANO"; done
+  for p in ${VOLCANO_PKGS//,/ }; do b="$(basename "$p")"; mv "$tmp/$b" "$OUT/volcano-$b-$VOLCANO"; done
   rm -rf "$tmp"
   touch "$SRC/.ready"
   log "built volcano $VOLCANO from $from in $(( $(date +%s) - start ))s"

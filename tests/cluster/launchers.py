@@ -41,16 +41,30 @@ class Controller:
         return f"{self.name}-{self.version}"
 
 
-TRAINER = "v2.3.0"
+PINS_FILE = Path(__file__).resolve().parents[2] / "scripts" / "testenv" / "launchers.pins"
+
+
+def read_pins(path: Path = PINS_FILE) -> dict[str, tuple[str, str]]:
+    """name -> (module, version): the pins build-launchers.sh builds from, in one file."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, module, _, version = line.split()
+            pins[name] = (module, version)
+    return pins
+
+
+PINS = read_pins()
+TRAINER = PINS["trainer"][1]
 CONTROLLERS = {
     c.name: c
     for c in (
-        Controller("jobset", "sigs.k8s.io/jobset", "v0.12.0", ("config/default",), "jobset-system", "manager"),
-        Controller("lws", "sigs.k8s.io/lws", "v0.8.0", ("config/default",), "lws-system", "manager"),
+        Controller("jobset", *PINS["jobset"], ("config/default",), "jobset-system", "manager"),
+        Controller("lws", *PINS["lws"], ("config/default",), "lws-system", "manager"),
         # The manager overlay adds a remote JobSet release (not reachable here): render its bases
         # and generate the webhook Secret as that overlay does; JobSet comes from its own module.
         Controller(
-            "trainer", "github.com/kubeflow/trainer/v2", TRAINER,
+            "trainer", *PINS["trainer"],
             ("manifests/base/crds", "manifests/base/manager", "manifests/base/rbac", "manifests/base/webhook"),
             "kubeflow-system", "manager",
             kustomization="namespace: kubeflow-system\n"
@@ -60,12 +74,12 @@ CONTROLLERS = {
             "  options: {disableNameSuffixHash: true}\n",
         ),
         Controller(
-            "training-operator", "github.com/kubeflow/training-operator", "v1.9.4",
+            "training-operator", *PINS["training-operator"],
             ("manifests/overlays/standalone",), "kubeflow", "training-operator",
         ),
         # Its default configuration (every integration, the pod webhook on all namespaces but
         # kube-system and kueue-system, TopologyAwareScheduling on by default since v0.14).
-        Controller("kueue", "sigs.k8s.io/kueue", "v0.17.0", ("config/default",), "kueue-system", "manager"),
+        Controller("kueue", *PINS["kueue"], ("config/default",), "kueue-system", "manager"),
     )
 }  # fmt: skip
 
@@ -205,7 +219,7 @@ def apply_with_retry(c: Cluster, docs: list[dict[str, Any]], timeout: float = 90
 
 # ------------------------------------------------------------------------------ Volcano
 
-VOLCANO = "v1.15.1"
+VOLCANO = PINS["volcano"][1]
 VOLCANO_NS = "volcano-system"
 # Deployment container -> the binary it runs (upstream images: vc-<binary> with it as entrypoint).
 VOLCANO_CONTAINERS = {"admission": "webhook-manager", "volcano-controllers": "controller-manager",
@@ -262,7 +276,7 @@ def install_volcano(c: Cluster) -> float:
                             "--secret", "volcano-admission-secret"],
                            capture_output=True, text=True, env=c.env(), timeout=120)  # fmt: skip
         assert p.returncode == 0, p.stdout + p.stderr
-    ctl = Controller("volcano", "volcano.sh/volcano", VOLCANO, (), VOLCANO_NS, "")
+    ctl = Controller("volcano", *PINS["volcano"], (), VOLCANO_NS, "")
     for dep in [d["metadata"]["name"] for d in docs if d.get("kind") == "Deployment"]:
         wait_ready(c, ctl, dep)
     wait_for_ca_bundles(c, "volcano", docs)
