@@ -84,3 +84,19 @@ def test_a_restart_that_does_not_help_fails_and_restarts_only_once(monkeypatch: 
     with pytest.raises(RuntimeError, match="not ready"):
         launchers.wait_ready(c, CTL, "jobset-controller-manager", timeout=0.5, patience=0)  # type: ignore[arg-type]
     assert len([a for a in c.calls if a[:2] == ("rollout", "restart")]) == 1
+
+
+def test_the_launchers_pins_are_one_file_both_sides_read() -> None:
+    """build-launchers.sh builds, and launchers.py installs and runs, what
+    scripts/testenv/launchers.pins names: no version is written in the script, each controller
+    runs the binary its pin builds, and the pinned Volcano has its source snapshot in
+    third_party/ (this project's module proxy refuses Volcano)."""
+    root = launchers.PINS_FILE.parents[2]
+    script = (root / "scripts" / "testenv" / "build-launchers.sh").read_text()
+    assert "launchers.pins" in script
+    for module, version in launchers.PINS.values():
+        assert version not in script, (module, version)
+    for name, ctl in launchers.CONTROLLERS.items():
+        assert (ctl.module, ctl.version) == launchers.PINS[name]
+        assert ctl.binary == f"{name}-{launchers.PINS[name][1]}"  # the name build-launchers.sh gives it
+    assert (root / "third_party" / f"volcano-{launchers.VOLCANO}-src.tar.gz").is_file()
