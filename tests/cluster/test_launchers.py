@@ -840,11 +840,17 @@ def test_not_opted_in_jobs_show_the_seed_symptoms(cluster: Cluster, installed: d
                 if symptom(follower.logs, time.monotonic() - t0):
                     seen[kind] = what
                 time.sleep(2)
+            state = ""
+            if kind not in seen:  # what the pods and the controllers did, for the assertion below
+                state = "\n".join(
+                    cluster.kubectl(*a, check=False)
+                    for a in (("get", "pods", "-A", "-o", "wide"), ("get", "events", "-n", OFF, "--sort-by=.lastTimestamp"))
+                )  # fmt: skip
         finally:
             follower.close()
             cluster.kubectl("delete", kind, name, "-n", OFF, "--wait=true", "--timeout=60s", check=False)
         TIMINGS[f"{kind} not opted in: symptom after"] = time.monotonic() - t0
         log(f"not opted in: {kind}: {seen.get(kind, 'no symptom')} after {time.monotonic() - t0:.0f}s")
         assert not any(WRAPPER_LINE.search(t) for t in follower.logs.values()), "an unmutated pod was wrapped"
-        assert kind in seen, (kind, follower.logs)
+        assert kind in seen, f"{kind}: no symptom in 240 s\n{state}\nlogs: {follower.logs}"
         assert ddp_ok("".join(follower.logs.values()), 2 * NPROC) == 0, "trained across nodes without the webhook?"
