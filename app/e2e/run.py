@@ -232,9 +232,14 @@ def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Res
             else:
                 objects.delete_namespace(namespace)
                 deadline = time.monotonic() + 120
-                while objects.namespace_exists(namespace) and time.monotonic() < deadline:
+                gone = not objects.namespace_exists(namespace)
+                while not gone and time.monotonic() < deadline:
                     time.sleep(1)
-                say(f"namespace {namespace} deleted")
+                    gone = not objects.namespace_exists(namespace)
+                if gone:
+                    say(f"namespace {namespace} deleted")
+                else:  # its pods may still hold the nodes' ports and GPUs a next run needs
+                    say(f"namespace {namespace} still terminating after 120s: kubectl get pods -n {namespace}")
     return [results[n] for n in wanted]
 
 
