@@ -794,6 +794,27 @@ def test_e2e_command_through_a_users_kubeconfig(cluster: Cluster, installed: dic
     assert namespace and cluster.kubectl("get", "namespace", namespace.group(1), check=False) == "", p.stdout
 
 
+def wait_for_free_nodes(cluster: Cluster, timeout: float = 180) -> float:
+    """Wait until no unfinished pod outside kube-system holds a test GPU or the host's network
+    (an earlier test's job, or pods still terminating after their job was deleted): the
+    hostNetwork jobs that follow need the nodes' GPUs and ports. Returns the seconds waited."""
+    t0 = time.monotonic()
+    while True:
+        busy = [
+            f"{p['metadata']['namespace']}/{p['metadata']['name']} ({p['status'].get('phase')})"
+            for p in cluster.kubectl_json("get", "pods", "-A")["items"]
+            if p["metadata"]["namespace"] != "kube-system"
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
+            and (p["spec"].get("hostNetwork") or any(GPU in (c.get("resources", {}).get("limits") or {})
+                                                     for c in p["spec"]["containers"]))
+        ]  # fmt: skip
+        if not busy:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"pods still hold the nodes after {timeout:.0f}s: {busy}")
+        time.sleep(2)
+
+
 def test_not_opted_in_jobs_show_the_seed_symptoms(cluster: Cluster, installed: dict[str, float]) -> None:
     """The same examples where the webhook is not enabled: LWS pods, with no rendezvous settings,
     each train alone (the worst outcome, silent); JobSet pods hang on torchrun's default static
@@ -832,6 +853,7 @@ def test_not_opted_in_jobs_show_the_seed_symptoms(cluster: Cluster, installed: d
     for kind, name, selector, controller, symptom, what in controls:
         if controller not in WANTED:
             continue
+        TIMINGS[f"{kind} not opted in: wait for free nodes"] = wait_for_free_nodes(cluster)
         t0 = time.monotonic()
         follower = LogFollower(cluster, OFF, selector)
         try:
@@ -848,7 +870,9 @@ def test_not_opted_in_jobs_show_the_seed_symptoms(cluster: Cluster, installed: d
                 )  # fmt: skip
         finally:
             follower.close()
-            cluster.kubectl("delete", kind, name, "-n", OFF, "--wait=true", "--timeout=60s", check=False)
+            # Foreground: the command returns once the pods are gone too, not only the job object.
+            cluster.kubectl("delete", kind, name, "-n", OFF, "--cascade=foreground", "--wait=true", "--timeout=90s",
+                            check=False)  # fmt: skip
         TIMINGS[f"{kind} not opted in: symptom after"] = time.monotonic() - t0
         log(f"not opted in: {kind}: {seen.get(kind, 'no symptom')} after {time.monotonic() - t0:.0f}s")
         assert not any(WRAPPER_LINE.search(t) for t in follower.logs.values()), "an unmutated pod was wrapped"
