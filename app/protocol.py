@@ -105,23 +105,25 @@ def bounded_protocol(
     # its first byte, cancelled at its end) cost ~2% of saturation throughput.
     armed: dict[Any, float] = {}
     interval = min(1.0, request_timeout / 4)
-    # The loop the sweep is scheduled on, or None: a class used again under a new event loop
-    # (a server started twice in one process) must not count on a sweep of the old one.
-    sweeping: list[asyncio.AbstractEventLoop | None] = [None]
+    # The loops with a sweep scheduled: one sweep per loop, so a class used under a later (or a
+    # second) event loop never counts on the sweep of another.
+    sweeping: set[asyncio.AbstractEventLoop] = set()
 
     def sweep(loop: asyncio.AbstractEventLoop) -> None:
-        now = loop.time()
+        now, mine = loop.time(), 0
         for protocol, deadline in list(armed.items()):
-            if protocol.loop is not loop:  # a connection of an earlier loop, gone with it
+            if protocol.loop is not loop:  # another loop's; dropped once that loop is closed
                 if protocol.loop.is_closed():
                     del armed[protocol]
             elif deadline <= now:
                 del armed[protocol]
                 protocol._expire()
-        if armed:
+            else:
+                mine += 1
+        if mine:
             loop.call_later(interval, sweep, loop)
         else:
-            sweeping[0] = None
+            sweeping.discard(loop)
 
     class BoundedHttpToolsProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -133,8 +135,10 @@ def bounded_protocol(
 
         def _arm(self) -> None:
             armed[self] = self.loop.time() + request_timeout
-            if sweeping[0] is not self.loop:
-                sweeping[0] = self.loop
+            if self.loop not in sweeping:
+                for gone in [lp for lp in sweeping if lp.is_closed()]:  # their sweeps never run again
+                    sweeping.discard(gone)
+                sweeping.add(self.loop)
                 self.loop.call_later(interval, sweep, self.loop)
 
         def _disarm(self) -> None:

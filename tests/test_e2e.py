@@ -310,3 +310,31 @@ def test_an_error_inside_one_job_is_that_jobs_result() -> None:
     f.run()
     assert f.result is not None and f.result.outcome == "failed"
     assert f.result.detail == "the e2e run itself failed: RuntimeError('boom')"
+
+
+def test_the_namespace_is_said_deleted_only_once_it_is_gone() -> None:
+    """A namespace whose pods outlive the wait is not reported deleted: a next run on the same
+    nodes may find their GPUs and ports still held."""
+    from app.e2e import run
+
+    class Objects:
+        def __init__(self, checks_until_gone: int | None) -> None:
+            self.left, self.deleted = checks_until_gone, []
+
+        def delete_namespace(self, name: str) -> None:
+            self.deleted.append(name)
+
+        def namespace_exists(self, name: str) -> bool:
+            if self.left is None:
+                return True
+            self.left -= 1
+            return self.left > 0
+
+    said: list[str] = []
+    assert run.delete_namespace(Objects(3), "e2e-x", said.append, wait=5, poll=0.01)
+    assert said == ["namespace e2e-x deleted"]
+    said.clear()
+    stuck = Objects(None)
+    assert not run.delete_namespace(stuck, "e2e-y", said.append, wait=0.05, poll=0.01)
+    assert stuck.deleted == ["e2e-y"]
+    assert said == ["namespace e2e-y still terminating after 0.05s: kubectl get pods -n e2e-y"]

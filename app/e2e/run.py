@@ -230,17 +230,24 @@ def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Res
             if opts.keep:
                 say(f"namespace {namespace} kept (--keep): kubectl delete namespace {namespace}")
             else:
-                objects.delete_namespace(namespace)
-                deadline = time.monotonic() + 120
-                gone = not objects.namespace_exists(namespace)
-                while not gone and time.monotonic() < deadline:
-                    time.sleep(1)
-                    gone = not objects.namespace_exists(namespace)
-                if gone:
-                    say(f"namespace {namespace} deleted")
-                else:  # its pods may still hold the nodes' ports and GPUs a next run needs
-                    say(f"namespace {namespace} still terminating after 120s: kubectl get pods -n {namespace}")
+                delete_namespace(objects, namespace, say)
     return [results[n] for n in wanted]
+
+
+def delete_namespace(objects: Any, namespace: str, say: Callable[[str], None], wait: float = 120,
+                     poll: float = 1) -> bool:  # fmt: skip
+    """Delete the run's namespace and wait for it to go; say which it did. True when gone."""
+    objects.delete_namespace(namespace)
+    deadline = time.monotonic() + wait
+    gone = not objects.namespace_exists(namespace)
+    while not gone and time.monotonic() < deadline:
+        time.sleep(poll)
+        gone = not objects.namespace_exists(namespace)
+    if gone:
+        say(f"namespace {namespace} deleted")
+    else:  # its pods may still hold the nodes' ports and GPUs a next run needs
+        say(f"namespace {namespace} still terminating after {wait:g}s: kubectl get pods -n {namespace}")
+    return gone
 
 
 def _wait_for_service_account(objects: kube.Objects, namespace: str, timeout: float = 60) -> None:

@@ -41,9 +41,10 @@ type result struct {
 	Max        float64 `json:"max_ms"`
 	// From the scheduled time to the start of the request on a connection: the generator's own
 	// lateness (a stall of its core, its thread waking), or all connections busy.
-	SendDelayP50 float64 `json:"send_delay_p50_ms,omitempty"`
-	SendDelayP99 float64 `json:"send_delay_p99_ms,omitempty"`
-	SendDelayMax float64 `json:"send_delay_max_ms,omitempty"`
+	// Absent at saturation (no schedule); present, even when 0, at a fixed rate.
+	SendDelayP50 *float64 `json:"send_delay_p50_ms,omitempty"`
+	SendDelayP99 *float64 `json:"send_delay_p99_ms,omitempty"`
+	SendDelayMax *float64 `json:"send_delay_max_ms,omitempty"`
 }
 
 func main() {
@@ -103,7 +104,8 @@ func main() {
 	var mu sync.Mutex
 	var lat, delay []float64
 	var ok, bad, sent int64
-	record := func(d time.Duration, success bool) {
+	// started < 0: no send delay to record (saturation has no schedule).
+	record := func(d, started time.Duration, success bool) {
 		atomic.AddInt64(&sent, 1)
 		if !success {
 			atomic.AddInt64(&bad, 1)
@@ -112,6 +114,9 @@ func main() {
 		atomic.AddInt64(&ok, 1)
 		mu.Lock()
 		lat = append(lat, float64(d.Microseconds())/1000)
+		if started >= 0 {
+			delay = append(delay, float64(started.Microseconds())/1000)
+		}
 		mu.Unlock()
 	}
 
@@ -128,7 +133,7 @@ func main() {
 						t := time.Now()
 						s := send()
 						if measure {
-							record(time.Since(t), s)
+							record(time.Since(t), -1, s)
 						}
 					}
 				}()
@@ -143,10 +148,7 @@ func main() {
 						started := time.Since(due)
 						s := send()
 						if measure {
-							record(time.Since(due), s)
-							mu.Lock()
-							delay = append(delay, float64(started.Microseconds())/1000)
-							mu.Unlock()
+							record(time.Since(due), started, s)
 						}
 					}
 				}()
@@ -180,7 +182,11 @@ func main() {
 	}
 	r := result{Target: *target, Rate: *rate, Sent: sent, OK: ok, Errors: bad, Seconds: elapsed.Seconds(),
 		Throughput: float64(ok) / elapsed.Seconds(), P50: pct(lat, 0.50), P90: pct(lat, 0.90), P99: pct(lat, 0.99),
-		Max: pct(lat, 1.0), SendDelayP50: pct(delay, 0.50), SendDelayP99: pct(delay, 0.99), SendDelayMax: pct(delay, 1.0)}
+		Max: pct(lat, 1.0)}
+	if *rate > 0 {
+		p50, p99, top := pct(delay, 0.50), pct(delay, 0.99), pct(delay, 1.0)
+		r.SendDelayP50, r.SendDelayP99, r.SendDelayMax = &p50, &p99, &top
+	}
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 }

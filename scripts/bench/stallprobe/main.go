@@ -29,7 +29,7 @@ type result struct {
 
 func main() {
 	duration := flag.Duration("duration", 5*time.Second, "how long to spin")
-	min := flag.Duration("min", 200*time.Microsecond, "the shortest gap counted")
+	minGap := flag.Duration("min", 200*time.Microsecond, "the shortest gap counted")
 	label := flag.String("label", "", "label for the output")
 	flag.Parse()
 	runtime.LockOSThread()
@@ -39,13 +39,13 @@ func main() {
 	end := start.Add(*duration)
 	for last.Before(end) {
 		now := time.Now()
-		if d := now.Sub(last); d > *min {
+		if d := now.Sub(last); d > *minGap {
 			gaps = append(gaps, d)
 		}
 		last = now
 	}
 	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
-	r := result{Label: *label, Seconds: last.Sub(start).Seconds(), Gaps: len(gaps), MinGapUsec: min.Microseconds()}
+	r := result{Label: *label, Seconds: last.Sub(start).Seconds(), Gaps: len(gaps), MinGapUsec: minGap.Microseconds()}
 	var total time.Duration
 	for _, g := range gaps {
 		total += g
