@@ -10,7 +10,7 @@ Two error families, enforced here and only here:
 
 from __future__ import annotations
 
-import base64
+import binascii
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
@@ -61,6 +61,27 @@ class ReviewResult:
     # already mutated, and pods that no job owns.
     admission: events.Admission | None = None
 
+    # Written out, as the core's Result: the generated one runs interpreted in the compiled module.
+    def __init__(
+        self,
+        body: bytes,
+        outcome: str,
+        launcher: str = "",
+        uid: str = "",
+        namespace: str = "",
+        name: str = "",
+        warnings: list[str] | None = None,
+        admission: events.Admission | None = None,
+    ) -> None:
+        self.body = body
+        self.outcome = outcome
+        self.launcher = launcher
+        self.uid = uid
+        self.namespace = namespace
+        self.name = name
+        self.warnings = [] if warnings is None else warnings
+        self.admission = admission
+
 
 def _warning(text: str) -> str:
     text = WARNING_PREFIX + " ".join(text.split())
@@ -75,7 +96,8 @@ def build_response(
     if ops:
         response["patchType"] = "JSONPatch"
         encoded = ops if isinstance(ops, bytes) else orjson.dumps(ops)
-        response["patch"] = base64.b64encode(encoded).decode("ascii")
+        # base64.b64encode without its Python frame
+        response["patch"] = binascii.b2a_base64(encoded, newline=False).decode("ascii")
     if warnings:
         response["warnings"] = [_warning(w) for w in warnings]
     return orjson.dumps({"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response})

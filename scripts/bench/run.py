@@ -122,11 +122,14 @@ HELM = (
 
 def chart_config(work: Path, *sets: str) -> Path:
     """The config file the chart's ConfigMap gives the webhook (its defaults, plus `sets`): the
-    webhook is benchmarked as a user runs it, e.g. with the init-container wrapper delivery."""
+    webhook is benchmarked as a user runs it, e.g. with the init-container wrapper delivery.
+    In a directory of config files alone, as the ConfigMap's mount is: the webhook watches that
+    directory, and a log written there would wake its watcher at every admission."""
     out = subprocess.run([str(HELM), "template", "b", "charts/hostnet-rdma", "--kube-version", "1.36.3",
                           "--show-only", "templates/configmap.yaml", *[a for s in sets for a in ("--set", s)]],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
-    path = work / f"config-{len(list(work.glob('config-*.yaml')))}.yaml"
+    directory = work / "config"
+    path = directory / f"config-{len(list(directory.glob('config-*.yaml')))}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_load(out)["data"]["config.yaml"])
     return path
