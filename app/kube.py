@@ -276,6 +276,12 @@ class Objects:
         out: dict[str, Any] = found.to_dict()
         return out
 
+    def list(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        found: Any = resource.get(namespace=namespace)
+        items: list[dict[str, Any]] = found.to_dict().get("items") or []
+        return items
+
     def create_namespace(self, name: str, labels: dict[str, str]) -> None:
         body = client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels))
         client.CoreV1Api(self.api).create_namespace(body)

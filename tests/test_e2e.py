@@ -57,6 +57,23 @@ def test_every_job_is_written_as_users_write_it(launcher: str) -> None:
     assert anti["labelSelector"]["matchLabels"] == {JOB_LABEL: jobs.job_name(launcher)}
 
 
+def test_with_a_kueue_queue_every_job_kueue_manages_names_it() -> None:
+    # On the job object, where Kueue reads it; not on pod templates, Services or the runtime.
+    queued = Params(namespace="e2e", image="train:1", kueue_queue="hostnet-rdma-e2e")
+    for launcher in LAUNCHERS:
+        docs = jobs.manifests(launcher, queued)
+        job = next(d for d in docs if d["kind"] == LAUNCHERS[launcher].kind)
+        labels = job["metadata"]["labels"]
+        if launcher == "volcano":  # Volcano queues its own Jobs; Kueue does not manage them
+            assert jobs.QUEUE_LABEL not in labels
+        else:
+            assert labels[jobs.QUEUE_LABEL] == "hostnet-rdma-e2e", launcher
+        others = [d for d in docs if d is not job]
+        assert all(jobs.QUEUE_LABEL not in d["metadata"].get("labels", {}) for d in others), launcher
+        assert all(jobs.QUEUE_LABEL not in t["metadata"]["labels"] for t in templates(docs)), launcher
+        assert jobs.QUEUE_LABEL not in json.dumps(jobs.manifests(launcher, P))  # no queue: no label
+
+
 def test_each_job_binds_its_own_store_port() -> None:
     """All jobs run side by side on the same host-network nodes."""
     ports = [ln.port for ln in LAUNCHERS.values()]
@@ -237,6 +254,72 @@ def test_the_plugin_forwards_kubeconfig_and_context_to_e2e(tmp_path: Path, capsy
     assert "e2e has no use for it: -n does not apply" in capsys.readouterr().err
     args = build_parser().parse_args(["e2e", "--gpus-per-node", "8", "--launcher", "job", "--launcher", "lws"])
     assert args.gpus_per_node == 8 and args.launcher == ["job", "lws"]
+
+
+def test_cluster_queue_reaches_the_run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from app import kube
+    from app.e2e import run
+
+    seen: list[run.Options] = []
+
+    def fake_run(api: Any, opts: run.Options, say: Any) -> list[outcome.Result]:
+        seen.append(opts)
+        raise run.E2EError("--cluster-queue gpu: no such ClusterQueue (kubectl get clusterqueues)")
+
+    monkeypatch.setattr(run, "run", fake_run)
+    monkeypatch.setattr(kube, "api_client", lambda *a: object())
+    assert main(["e2e", "--cluster-queue", "gpu"]) == 2
+    assert seen[0].cluster_queue == "gpu"
+    assert "no such ClusterQueue" in capsys.readouterr().err
+    assert main(["e2e"]) == 2 and seen[1].cluster_queue == ""
+
+
+class _Served:
+    """kube.Objects as a cluster with or without Kueue serves it (no API server needed)."""
+
+    def __init__(self, kueue: bool, cluster_queues: tuple[str, ...] = ()) -> None:
+        self.kueue, self.cluster_queues = kueue, cluster_queues
+        self.workloads: list[dict[str, Any]] = []
+
+    def served(self, api_version: str, kind: str) -> bool:
+        return self.kueue and api_version == "kueue.x-k8s.io/v1beta2"
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return {"metadata": {"name": name}} if kind == "ClusterQueue" and name in self.cluster_queues else None
+
+    def list(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+        return self.workloads
+
+
+def test_cluster_queue_without_kueue_or_its_queue_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app import kube
+    from app.e2e import run
+
+    monkeypatch.setattr(run, "opt_in_labels", lambda api: ({}, {}))
+    monkeypatch.setattr(run, "present", lambda objects: dict.fromkeys(LAUNCHERS, True))
+    for served, said in ((_Served(False), "Kueue is not installed here"),
+                         (_Served(True, ("other",)), "--cluster-queue gpu: no such ClusterQueue")):  # fmt: skip
+        monkeypatch.setattr(kube, "Objects", lambda api, s=served: s)
+        with pytest.raises(run.E2EError, match=said):
+            run.run(object(), run.Options(P, cluster_queue="gpu"), say=lambda line: None)
+
+
+def test_a_queued_job_that_times_out_says_what_kueue_said() -> None:
+    from app.e2e import run
+
+    objects = _Served(True)
+    queued = Params(namespace="e2e", image="train:1", kueue_queue=run.LOCAL_QUEUE)
+    follow = run.Follow(object(), objects, "job", queued, 1, 1)  # type: ignore[arg-type]
+    assert follow.queue_status() == "; Kueue made no Workload for it (LocalQueue hostnet-rdma-e2e)"
+    message = "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default"
+    objects.workloads = [
+        {"metadata": {"name": "job-e2e-job-1a2b3", "ownerReferences": [{"kind": "Job", "name": "e2e-job"}]},
+         "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                    "message": message}]}},
+        {"metadata": {"name": "job-e2e-jobset", "ownerReferences": [{"kind": "Job", "name": "e2e-jobset"}]}},
+    ]  # fmt: skip
+    assert follow.queue_status() == f"; Kueue Workload job-e2e-job-1a2b3 not admitted: {message}"
+    assert run.Follow(object(), objects, "volcano", queued, 1, 1).queue_status() == ""  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------ kind

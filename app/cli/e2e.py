@@ -58,7 +58,8 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         host_paths=tuple(args.torch_host_path),
         size_mb=args.size_mb if args.size_mb is not None else (256.0 if backend == "nccl" else 4.0),
     )  # fmt: skip
-    opts = run.Options(params=params, launchers=launchers, timeout=args.timeout, keep=args.keep)
+    opts = run.Options(params=params, launchers=launchers, timeout=args.timeout, keep=args.keep,
+                       cluster_queue=args.cluster_queue or "")  # fmt: skip
     quiet = args.output == "json"
     try:
         api = kube.api_client(args.kubeconfig, args.context)
@@ -114,5 +115,8 @@ def register(sub: Any) -> None:
     e.add_argument("--timeout", type=float, default=600, help="seconds per job, image pulls included (default 600)")
     e.add_argument("--namespace-name", help="the namespace to create (default hostnet-rdma-e2e-<random>)")
     e.add_argument("--keep", action="store_true", help="keep the namespace and its jobs afterwards")
+    e.add_argument("--cluster-queue", metavar="NAME",
+                   help="Kueue: submit the jobs through a LocalQueue for this ClusterQueue, created in the run's "
+                        "namespace (where Kueue manages every job, manageJobsWithoutQueueName)")  # fmt: skip
     e.add_argument("-o", "--output", choices=("table", "json"), default="table")
     e.set_defaults(func=cmd_e2e)

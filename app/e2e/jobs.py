@@ -18,6 +18,7 @@ SCRIPT_DIR = "/hostnet-rdma-e2e"
 SCRIPT = f"{SCRIPT_DIR}/train.py"
 CONFIGMAP = "hostnet-rdma-e2e"
 RDZV_PORT_ANNOTATION = "hostnet-rdma.io/rdzv-port"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue reads a job's LocalQueue from its object's labels
 TRAINER_PORT = 29500  # Kubeflow Trainer's static MASTER_PORT; it adds it as a (host) port itself
 
 Manifest = dict[str, Any]
@@ -44,6 +45,9 @@ class Params:
     size_mb: float = 4.0
     collective_timeout: int = 120
     volcano_queue: str = "default"
+    # A Kueue LocalQueue in the namespace: every job Kueue manages (all but Volcano's) is
+    # submitted through it, as its users' jobs are where Kueue manages every job.
+    kueue_queue: str = ""
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,14 @@ def _meta(p: Params, name: str) -> Manifest:
     return {"name": name, "namespace": p.namespace, "labels": {JOB_LABEL: name}}
 
 
+def _job_meta(p: Params, name: str) -> Manifest:
+    """The metadata of a job object Kueue manages: with the queue label when there is a queue."""
+    meta = _meta(p, name)
+    if p.kueue_queue:
+        meta["labels"][QUEUE_LABEL] = p.kueue_queue
+    return meta
+
+
 def headless_service(p: Params, name: str, port: int) -> Manifest:
     return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(p, name),
             "spec": {"clusterIP": "None", "selector": {JOB_LABEL: name}, "publishNotReadyAddresses": True,
@@ -164,7 +176,7 @@ def indexed_job(p: Params, name: str, port: int) -> list[Manifest]:
     command = torchrun(p, f"--nnodes={p.nodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={name}-0.{name}:{port}")
     spec = pod_spec(p, name, [container(p, "trainer", command)], "Never")
     spec["subdomain"] = name
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(p, name),
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": _job_meta(p, name),
            "spec": {"completionMode": "Indexed", "completions": p.nodes, "parallelism": p.nodes, "backoffLimit": 0,
                     "template": template(p, name, spec)}}  # fmt: skip
     return [headless_service(p, name, port), job]
@@ -173,7 +185,7 @@ def indexed_job(p: Params, name: str, port: int) -> list[Manifest]:
 def statefulset(p: Params, name: str, port: int) -> list[Manifest]:
     command = torchrun(p, f"--nnodes={p.nodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={name}-0.{name}:{port}")
     spec = pod_spec(p, name, [container(p, "trainer", idle_after(command))], "Always")
-    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(p, name),
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _job_meta(p, name),
            "spec": {"serviceName": name, "replicas": p.nodes, "podManagementPolicy": "Parallel",
                     "selector": {"matchLabels": {JOB_LABEL: name}}, "template": template(p, name, spec)}}  # fmt: skip
     return [headless_service(p, name, port), sts]
@@ -183,7 +195,7 @@ def jobset(p: Params, name: str, port: int) -> list[Manifest]:
     """No endpoint: the webhook points torchrun at pod 0 of job 0 (on this job's own port)."""
     spec = pod_spec(p, name, [container(p, "trainer", torchrun(p, f"--nnodes={p.nodes}"))], "Never")
     tmpl = template(p, name, spec, {RDZV_PORT_ANNOTATION: str(port)})
-    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": _meta(p, name),
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": _job_meta(p, name),
           "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
               "parallelism": p.nodes, "completions": p.nodes, "backoffLimit": 0, "template": tmpl}}}]}}  # fmt: skip
     return [js]
@@ -193,7 +205,7 @@ def leaderworkerset(p: Params, name: str, port: int) -> list[Manifest]:
     """No endpoint, no node count: the webhook takes both from LWS's own env."""
     spec = pod_spec(p, name, [container(p, "trainer", idle_after(torchrun(p)))], None)
     tmpl = template(p, name, spec, {RDZV_PORT_ANNOTATION: str(port)})
-    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": _meta(p, name),
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": _job_meta(p, name),
            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": p.nodes, "workerTemplate": tmpl}}}  # fmt: skip
     return [lws]
 
@@ -204,7 +216,7 @@ def pytorchjob(p: Params, name: str, port: int) -> list[Manifest]:
     c = container(p, "pytorch", torchrun(p))
     c["ports"] = [{"name": "pytorchjob-port", "containerPort": port}]
     spec = pod_spec(p, name, [c], None)
-    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": _meta(p, name),
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": _job_meta(p, name),
            "spec": {"elasticPolicy": {"rdzvBackend": "c10d", "minReplicas": p.nodes, "maxReplicas": p.nodes,
                                       "maxRestarts": 0},
                     "pytorchReplicaSpecs": {"Worker": {"replicas": p.nodes, "restartPolicy": "Never",
@@ -229,7 +241,7 @@ def trainjob(p: Params, name: str, port: int) -> list[Manifest]:
     trainer: Manifest = {"numNodes": p.nodes, "command": ["torchrun", SCRIPT]}
     if p.gpus_per_node:
         trainer["resourcesPerNode"] = {"limits": {p.gpu_resource: p.gpus_per_node}}
-    job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": _meta(p, name),
+    job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": _job_meta(p, name),
            "spec": {"runtimeRef": {"name": f"{name}-runtime", "kind": "TrainingRuntime",
                                    "apiGroup": "trainer.kubeflow.org"},
                     "trainer": trainer}}  # fmt: skip
@@ -237,7 +249,8 @@ def trainjob(p: Params, name: str, port: int) -> list[Manifest]:
 
 
 def volcano(p: Params, name: str, port: int) -> list[Manifest]:
-    """One worker task, the `svc` and `env` plugins: the webhook derives endpoint and node count."""
+    """One worker task, the `svc` and `env` plugins: the webhook derives endpoint and node count.
+    Volcano queues it itself (`queue`): Kueue does not manage Volcano Jobs, so no Kueue label."""
     spec = pod_spec(p, name, [container(p, "worker", torchrun(p))], "Never")
     job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": _meta(p, name),
            "spec": {"minAvailable": p.nodes, "schedulerName": "volcano", "queue": p.volcano_queue,

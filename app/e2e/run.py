@@ -29,6 +29,11 @@ ALSO_NEEDS = {
 }
 # The launcher name the wrapper reports for each job shape.
 WRAPPER_LAUNCHER = {"trainjob": "trainjob"}
+# Kueue (--cluster-queue): the LocalQueue the run creates in its namespace; the versions of
+# Kueue's API it can use, newest first; the launchers Kueue does not manage.
+LOCAL_QUEUE = "hostnet-rdma-e2e"
+KUEUE_VERSIONS = ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1")
+NOT_KUEUES = ("volcano",)
 
 
 class E2EError(Exception):
@@ -42,6 +47,7 @@ class Options:
     timeout: float = 600.0
     keep: bool = False
     poll: float = 2.0
+    cluster_queue: str = ""  # Kueue: submit the jobs through a LocalQueue for this ClusterQueue
 
 
 def opt_in_labels(api: Any, webhook: str = WEBHOOK) -> tuple[dict[str, str], dict[str, str]]:
@@ -145,7 +151,7 @@ class Follow:
         what = "timed out" if state.state == "running" else "failed"
         detail = state.detail
         if what == "timed out":
-            detail = f"after {self.timeout:.0f}s: {detail}{self.job_status()}"
+            detail = f"after {self.timeout:.0f}s: {detail}{self.job_status()}{self.queue_status()}"
         self.result = outcome.Result(self.launcher, what, seconds=round(seconds, 1), detail=detail)
 
     def create(self, obj: dict[str, Any], patience: float = 60.0) -> None:
@@ -179,6 +185,41 @@ class Follow:
             said.append(f"phase {phase}")
         return f"; {ln.kind} status: {', '.join(said)}" if said else ""
 
+    def queue_status(self) -> str:
+        """Kueue's word on a queued job that timed out: its Workload's conditions (quota not
+        reserved and why, e.g. a ClusterQueue without quota for a resource the pods ask for)."""
+        if not self.params.kueue_queue or self.launcher in NOT_KUEUES:
+            return ""
+        version = kueue_version(self.objects)
+        try:
+            workloads = self.objects.list(version, "Workload", self.params.namespace) if version else []
+        except kube.ApiException as e:
+            return f"; Kueue Workloads not readable: {_api_error(e)}"
+        # Owned by the job, or (pod groups: StatefulSet, LeaderWorkerSet) by its pods.
+        mine = [w for w in workloads if any(o.get("name") == self.name or str(o.get("name", "")).startswith(
+            self.name + "-") for o in w["metadata"].get("ownerReferences") or [])]  # fmt: skip
+        if not mine:
+            return f"; Kueue made no Workload for it (LocalQueue {self.params.kueue_queue})"
+        said = []
+        for w in mine:
+            conditions = {c.get("type"): c for c in (w.get("status") or {}).get("conditions") or []}
+            if (conditions.get("Admitted") or {}).get("status") == "True":
+                said.append(f"{w['metadata']['name']} admitted")
+                continue
+            c = conditions.get("QuotaReserved") or {}
+            said.append(f"{w['metadata']['name']} not admitted: {c.get('message') or c.get('reason') or 'pending'}")
+        return f"; Kueue Workload {', '.join(said)}"
+
+
+def kueue_version(objects: kube.Objects) -> str:
+    """The newest Kueue API version the cluster serves LocalQueues of, "" without Kueue."""
+    return next((v for v in KUEUE_VERSIONS if objects.served(v, "LocalQueue")), "")
+
+
+def local_queue(namespace: str, version: str, cluster_queue: str) -> dict[str, Any]:
+    return {"apiVersion": version, "kind": "LocalQueue", "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
+            "spec": {"clusterQueue": cluster_queue}}  # fmt: skip
+
 
 def _api_error(e: Any) -> str:
     body = getattr(e, "body", None)
@@ -208,14 +249,31 @@ def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Res
     runnable = [n for n in wanted if served[n]]
     namespace = opts.params.namespace or f"hostnet-rdma-e2e-{secrets.token_hex(3)}"
     params = replace(opts.params, namespace=namespace, inject_labels=pod_labels or opts.params.inject_labels)
+    version = ""
+    if opts.cluster_queue:
+        version = kueue_version(objects)
+        if not version:
+            raise E2EError("--cluster-queue: Kueue is not installed here (the API server serves no LocalQueue of "
+                           "kueue.x-k8s.io)")  # fmt: skip
+        if objects.get(version, "ClusterQueue", "", opts.cluster_queue) is None:
+            raise E2EError(f"--cluster-queue {opts.cluster_queue}: no such ClusterQueue (kubectl get clusterqueues)")
+        params = replace(params, kueue_queue=LOCAL_QUEUE)
     if runnable:
         say(f"namespace {namespace}: {', '.join(runnable)} ({params.nodes} nodes x {params.nproc_per_node} "
             f"{params.backend} ranks each, timeout {opts.timeout:.0f}s)")  # fmt: skip
+        if version:
+            outside = [n for n in runnable if n in NOT_KUEUES]
+            say(
+                f"through Kueue: LocalQueue {LOCAL_QUEUE} for ClusterQueue {opts.cluster_queue}"
+                + (f" ({', '.join(outside)}: not a kind Kueue manages, submitted as it is)" if outside else "")
+            )
         labels = {**ns_labels, "pod-security.kubernetes.io/enforce": "privileged", "app.kubernetes.io/created-by":
                   "hostnet-rdma-e2e"}  # fmt: skip
         objects.create_namespace(namespace, labels)
         try:
             _wait_for_service_account(objects, namespace)
+            if version:
+                objects.create(local_queue(namespace, version, opts.cluster_queue))
             objects.create(script_configmap(params, script()))
             follows = [Follow(api, objects, n, params, opts.timeout, opts.poll) for n in runnable]
             threads = [threading.Thread(target=f.run, name=f"e2e-{f.launcher}", daemon=True) for f in follows]

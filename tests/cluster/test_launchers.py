@@ -119,25 +119,41 @@ def example(name: str, namespace: str, image: str, sites: list[Path], source: Pa
 
 class LogFollower:
     """`kubectl logs -f` for every pod of a selector as it appears: pods that a controller
-    deletes right after they finish (LeaderWorkerSet recreates a group) keep their logs here."""
+    deletes right after they finish (LeaderWorkerSet recreates a group) keep their logs here.
+    Followed per pod UID and container restart, so a pod recreated under the same name, or a
+    container restarted in place, is read again; `logs` joins them under the pod's name."""
 
     def __init__(self, c: Cluster, ns: str, selector: str) -> None:
         self.c, self.ns, self.selector = c, ns, selector
-        self.logs: dict[str, str] = {}
+        self._logs: dict[str, str] = {}  # written by the follow threads: read it through `logs`
+        self.followed: set[tuple[str, int]] = set()
         self.procs: list[subprocess.Popen[str]] = []
+        self.lock = threading.Lock()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
+
+    @property
+    def logs(self) -> dict[str, str]:
+        """A copy: the follow threads add pods and lines while a test reads it."""
+        with self.lock:
+            return dict(self._logs)
 
     def run(self) -> None:
         while not self.stop.is_set():
             items = self.c.kubectl_json("get", "pods", "-n", self.ns, "-l", self.selector)["items"]
             for p in items:
-                name = p["metadata"]["name"]
-                running = any("running" in s.get("state", {}) or "terminated" in s.get("state", {})
-                              for s in p["status"].get("containerStatuses", []))  # fmt: skip
-                if name not in self.logs and running:
-                    self.logs[name] = ""
+                name, uid = p["metadata"]["name"], p["metadata"]["uid"]
+                statuses = p["status"].get("containerStatuses", [])
+                running = any("running" in s.get("state", {}) or "terminated" in s.get("state", {}) for s in statuses)
+                key = (uid, sum(int(s.get("restartCount", 0)) for s in statuses))
+                if key not in self.followed and running:
+                    self.followed.add(key)
+                    with self.lock:
+                        if name in self._logs:  # the same name again: a new pod or a restarted container
+                            self._logs[name] += f"--- {name} again (uid {uid}, restarts {key[1]}) ---\n"
+                        else:
+                            self._logs[name] = ""
                     threading.Thread(target=self.follow, args=(name,), daemon=True).start()
             self.stop.wait(0.5)
 
@@ -147,7 +163,8 @@ class LogFollower:
         self.procs.append(p)
         assert p.stdout is not None
         for line in p.stdout:
-            self.logs[name] += line
+            with self.lock:
+                self._logs[name] += line
 
     def close(self) -> None:
         self.stop.set()
@@ -792,6 +809,65 @@ def test_e2e_command_through_a_users_kubeconfig(cluster: Cluster, installed: dic
     assert "7 passed, 0 failed" in p.stdout and "not present" not in p.stdout, p.stdout
     namespace = re.search(r"namespace (hostnet-rdma-e2e-\w+) deleted", p.stdout)
     assert namespace and cluster.kubectl("get", "namespace", namespace.group(1), check=False) == "", p.stdout
+
+
+KUEUE_E2E_QUEUE = "hostnet-rdma-e2e-cq"
+
+
+def test_e2e_suite_through_kueue(cluster: Cluster, installed: dict[str, float]) -> None:
+    """`e2e --cluster-queue` against the real Kueue: the run creates its LocalQueue, every job
+    Kueue manages carries its queue label and is admitted by Kueue (its Workload Admitted) before
+    its pods run, and each passes as without Kueue. Volcano's, which Kueue does not manage, is
+    left out here (it runs beside them unqueued in the suites above)."""
+    from app import kube
+    from app.e2e import jobs as e2e_jobs
+    from app.e2e import run as e2e_run
+    from app.e2e.outcome import table
+
+    version = "kueue.x-k8s.io/v1beta2"
+    launchers.apply_with_retry(cluster, [
+        {"apiVersion": version, "kind": "ResourceFlavor", "metadata": {"name": "hostnet-rdma-e2e"}},
+        {"apiVersion": version, "kind": "ClusterQueue", "metadata": {"name": KUEUE_E2E_QUEUE},
+         "spec": {"namespaceSelector": {}, "resourceGroups": [{
+             "coveredResources": ["cpu", "memory", GPU],
+             "flavors": [{"name": "hostnet-rdma-e2e", "resources": [
+                 {"name": "cpu", "nominalQuota": 64}, {"name": "memory", "nominalQuota": "64Gi"},
+                 {"name": GPU, "nominalQuota": len(cluster.nodes)}]}]}]}},
+    ])  # fmt: skip
+    queued = [n for n in STORE_HOST if n not in e2e_run.NOT_KUEUES]
+    namespace = "hostnet-rdma-e2e-kueue"
+    params = e2e_jobs.Params(namespace=namespace, image=image_ref(cluster, "train"), image_pull_policy="Never",
+                             host_paths=tuple(str(s) for s in torch_sites()))  # fmt: skip
+    said: list[str] = []
+    t0 = time.monotonic()
+    try:
+        results = e2e_run.run(kube.api_client(str(cluster.kubeconfig)), e2e_run.Options(
+            params, launchers=queued, timeout=300, keep=True, cluster_queue=KUEUE_E2E_QUEUE),
+            say=lambda line: (said.append(line), log(line)))  # fmt: skip
+        TIMINGS[f"e2e suite through Kueue ({len(queued)} launchers side by side)"] = time.monotonic() - t0
+        log(table(results))
+        assert any(f"LocalQueue {e2e_run.LOCAL_QUEUE} for ClusterQueue {KUEUE_E2E_QUEUE}" in x for x in said), said
+        by = {r.launcher: r for r in results}
+        for name in queued:
+            r = by[name]
+            assert r.ok, f"{name}: {r.detail}"
+            assert r.world == 2 and len(r.store_hosts) == 1 and re.fullmatch(STORE_HOST[name], r.store_hosts[0]), r
+        local = cluster.kubectl_json("get", "localqueue", e2e_run.LOCAL_QUEUE, "-n", namespace)
+        assert local["spec"]["clusterQueue"] == KUEUE_E2E_QUEUE, local
+        for name in queued:
+            ln = e2e_jobs.LAUNCHERS[name]
+            kind = f"{ln.plural}.{ln.api_version.split('/')[0]}"  # jobs.batch, not Volcano's jobs
+            job = cluster.kubectl_json("get", kind, e2e_jobs.job_name(name), "-n", namespace)
+            assert job["metadata"]["labels"].get(e2e_jobs.QUEUE_LABEL) == e2e_run.LOCAL_QUEUE, (name, job["metadata"])
+        workloads = cluster.kubectl_json("get", "workloads", "-n", namespace)["items"]
+        admitted_for = {o["name"] for w in workloads if admitted(w) for o in w["metadata"].get("ownerReferences", [])}
+        log(f"Kueue workloads: {sorted((w['metadata']['name'], admitted(w)) for w in workloads)}")
+        for name in queued:  # by the job itself, or (StatefulSet, LeaderWorkerSet: pod groups) by its pods
+            job = e2e_jobs.job_name(name)
+            assert any(o == job or o.startswith(job + "-") for o in admitted_for), (name, sorted(admitted_for))
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s", check=False)
+        cluster.kubectl("delete", "clusterqueue", KUEUE_E2E_QUEUE, "--wait=false", check=False)
 
 
 def wait_for_free_nodes(cluster: Cluster, timeout: float = 180) -> float:
