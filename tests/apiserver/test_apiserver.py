@@ -557,6 +557,11 @@ def test_e2e_reports_absent_launchers_and_a_missing_webhook(plane: ControlPlane,
         ("volcano", "not present"), ("jobset", "not present")]  # fmt: skip
     assert "JobSet is not installed here (the API server serves no JobSet of jobset.x-k8s.io/v1alpha2)" in p.stdout
     assert {n["metadata"]["name"] for n in kube.ok("GET", "/api/v1/namespaces")["items"]} == before
+    # A Kueue queue asked for where Kueue is not installed: the run stops before it creates anything.
+    p = subprocess.run([sys.executable, "-m", "app.cli", "e2e", "--kubeconfig", str(plane.kubeconfig),
+                        "--cluster-queue", "gpu"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert p.returncode == 2 and "--cluster-queue: Kueue is not installed here" in p.stderr, p.stdout + p.stderr
+    assert {n["metadata"]["name"] for n in kube.ok("GET", "/api/v1/namespaces")["items"]} == before
     # Without the webhook (another name than the chart's): the run cannot start, and says why.
     with pytest.raises(E2EError, match="webhook is not installed on this cluster"):
         opt_in_labels(api, "pods.not-installed.example")
