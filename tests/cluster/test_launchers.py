@@ -532,6 +532,17 @@ def test_kueue_topology_aware_trainjob(cluster: Cluster, installed: dict[str, fl
             cluster.kubectl("delete", "trainjob", name, "-n", ML, "--wait=true", "--timeout=60s", check=False)
 
 
+@pytest.fixture(autouse=True)
+def free_nodes(request: pytest.FixtureRequest, cluster: Cluster) -> None:
+    """Every test here starts on nodes no earlier test's pods still hold (their GPUs, their
+    host ports): a job deleted without waiting (LeaderWorkerSet's idle pods) keeps its pods for
+    their grace period, and Kueue's topology-aware admission counts their GPUs (a Kueue job run
+    right after the LeaderWorkerSet one was never admitted: one node's GPU still taken)."""
+    waited = wait_for_free_nodes(cluster)
+    if waited > 1:
+        TIMINGS[f"{request.node.name}: wait for free nodes"] = waited
+
+
 @pytest.fixture
 def etcd_v2(cluster: Cluster) -> Iterator[str]:
     """An etcd with the v2 API on the cluster bridge, as the seed's etcd-v2 runs used."""
