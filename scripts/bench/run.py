@@ -99,7 +99,14 @@ def loadgen(
                 "-duration", f"{seconds}s", "-warmup", "2s", "-conns", conns, "-target", target]),
         capture_output=True, text=True, check=True,
     )  # fmt: skip
+    for line in out.stderr.splitlines():  # the generator's own warnings (its pacer, not root): once each
+        if line.strip() and line not in _SAID:
+            _SAID.add(line)
+            print(line, file=sys.stderr, flush=True)
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+_SAID: set[str] = set()
 
 
 def stall_probe(bin_dir: Path, seconds: float) -> dict[str, Any]:
