@@ -276,7 +276,7 @@ class Objects:
         out: dict[str, Any] = found.to_dict()
         return out
 
-    def list(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+    def list_objects(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
         resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
         found: Any = resource.get(namespace=namespace)
         items: list[dict[str, Any]] = found.to_dict().get("items") or []

@@ -287,7 +287,7 @@ class _Served:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return {"metadata": {"name": name}} if kind == "ClusterQueue" and name in self.cluster_queues else None
 
-    def list(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+    def list_objects(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
         return self.workloads
 
 

@@ -192,7 +192,7 @@ class Follow:
             return ""
         version = kueue_version(self.objects)
         try:
-            workloads = self.objects.list(version, "Workload", self.params.namespace) if version else []
+            workloads = self.objects.list_objects(version, "Workload", self.params.namespace) if version else []
         except kube.ApiException as e:
             return f"; Kueue Workloads not readable: {_api_error(e)}"
         # Owned by the job, or (pod groups: StatefulSet, LeaderWorkerSet) by its pods.
