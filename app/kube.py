@@ -27,9 +27,34 @@ from app import tls
 log = logging.getLogger("hostnet_rdma.certs")
 
 # Callers catch this without importing the client themselves (tests/test_contracts.py).
-__all__ = ["ApiException", "EventSender", "Objects", "SelfManagedCerts", "api_client", "context_namespace",
-           "excluded_namespaces", "list_pods", "mutating_webhook_configurations", "namespace_labels", "pod_log",
-           "read_pod"]  # fmt: skip
+__all__ = ["ApiException", "EventSender", "Objects", "SelfManagedCerts", "api_client", "api_message",
+           "context_namespace", "excluded_namespaces", "list_pods", "mutating_webhook_configurations",
+           "namespace_labels", "pod_log", "read_pod", "refusal"]  # fmt: skip
+
+
+def api_message(e: Any) -> str:
+    """The API server's own message for a refused request (a Status object's `message`: it
+    names the user, the verb and the resource RBAC did not allow), else its status line."""
+    body = getattr(e, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    if isinstance(body, str) and '"message"' in body:
+        try:
+            message = json.loads(body).get("message")
+        except (ValueError, AttributeError):  # not a Status object (a proxy's page)
+            message = None
+        if message:
+            return " ".join(str(message).split())
+    return f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip()
+
+
+def refusal(e: ApiException) -> str:
+    """One line for a refused request: the status, then the API server's message when it sent
+    one (`403 Forbidden` alone says neither who nor what)."""
+    head = f"{e.status} {e.reason}"
+    message = api_message(e)
+    return head if message == head else f"{head}: {message}"
+
 
 CA_KEY = "ca.key"
 

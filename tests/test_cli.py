@@ -124,3 +124,23 @@ def test_the_kubectl_plugin_takes_kubectls_flags_anywhere() -> None:
     assert p.returncode == 0 and "usage: kubectl hostnet-rdma {explain,verify,mutate,doctor,e2e}" in p.stderr
     p = _plugin("verify", "--help")
     assert p.returncode == 0 and "usage: kubectl hostnet-rdma verify" in p.stdout and "--context" in p.stdout
+
+
+def test_a_refusal_says_what_the_api_server_said() -> None:
+    """`403 Forbidden` alone names neither the user nor the right: the CLIs print the Status
+    message too (the API-server tier checks it with a real token and real RBAC)."""
+    from app import kube
+
+    e = kube.ApiException(status=403, reason="Forbidden")
+    e.body = json.dumps({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                         "message": 'pods "p" is forbidden: User "u" cannot get resource "pods"\nin the namespace "n"'})  # fmt: skip
+    assert (
+        kube.refusal(e)
+        == '403 Forbidden: pods "p" is forbidden: User "u" cannot get resource "pods" in the namespace "n"'
+    )
+    assert kube.api_message(e).startswith('pods "p" is forbidden')
+    e.body = e.body.encode()  # the client hands bytes on some paths
+    assert kube.api_message(e).startswith('pods "p" is forbidden')
+    for body in (None, "", "<html>bad gateway</html>", '{"message": ""}', '"message" but not JSON'):
+        e.body = body
+        assert kube.refusal(e) == "403 Forbidden", body

@@ -67,7 +67,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     except run.E2EError as e:
         return error(str(e))
     except kube.ApiException as e:
-        return error(f"the API server refused: {e.status} {e.reason}")
+        return error(f"the API server refused: {kube.refusal(e)}")
     except Exception as e:  # kubeconfig problems, connection refused: one line, not a traceback
         if type(e).__module__.startswith(("kubernetes", "urllib3")) or isinstance(e, OSError):
             return error(f"cannot reach the cluster: {e}")

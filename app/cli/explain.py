@@ -35,7 +35,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             ns_labels = kube.namespace_labels(api, namespace)
             found = kube.excluded_namespaces(api, args.webhook_config)
         except kube.ApiException as e:
-            print(f"hostnet-rdma: error: {namespace}/{args.pod}: {e.status} {e.reason}", file=sys.stderr)
+            print(f"hostnet-rdma: error: {namespace}/{args.pod}: {kube.refusal(e)}", file=sys.stderr)
             return 2
     params = review.params_for(cfg, namespace)
     if args.file:

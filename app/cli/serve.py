@@ -205,7 +205,7 @@ def _self_managed(args: argparse.Namespace, settings: ServerSettings) -> Any:
                     "certs.mode=self-managed).")  # fmt: skip
         elif e.status == 404:
             hint = f" Is MutatingWebhookConfiguration {args.webhook_config!r} installed (the chart creates it)?"
-        print(f"hostnet-rdma: error: self-managed certificates: {e.status} {e.reason}.{hint}", file=sys.stderr)
+        print(f"hostnet-rdma: error: self-managed certificates: {kube.refusal(e)}.{hint}", file=sys.stderr)
         return 1
     except (OSError, RuntimeError, ConfigError) as e:
         print(f"hostnet-rdma: error: self-managed certificates: {e}", file=sys.stderr)

@@ -50,7 +50,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 expected = expected_devices(hca)
             text = kube.pod_log(api, args.namespace, args.pod, container["name"])
         except kube.ApiException as e:
-            print(f"hostnet-rdma: error: {args.namespace}/{args.pod}: {e.status} {e.reason}", file=sys.stderr)
+            print(f"hostnet-rdma: error: {args.namespace}/{args.pod}: {kube.refusal(e)}", file=sys.stderr)
             return 2
     report = verify(text, expected, expect_wrapper=not args.no_wrapper)
     if args.output == "json":

@@ -123,7 +123,7 @@ class Follow:
             for obj in manifests(self.launcher, self.params):
                 self.create(obj)
         except kube.ApiException as e:
-            self.result = outcome.Result(self.launcher, "failed", detail=f"creating the job: {_api_error(e)}")
+            self.result = outcome.Result(self.launcher, "failed", detail=f"creating the job: {kube.api_message(e)}")
             return
         world = self.params.nodes * self.params.nproc_per_node
         selector = f"{JOB_LABEL}={self.name}"
@@ -135,7 +135,7 @@ class Follow:
                 pods = kube.list_pods(self.api, self.params.namespace, selector)
                 logs = self.logs(pods)
             except kube.ApiException as e:
-                state = outcome.Progress("running", f"reading pods: {_api_error(e)}")
+                state = outcome.Progress("running", f"reading pods: {kube.api_message(e)}")
             else:
                 state = outcome.progress(pods, logs, self.container, world)
                 if state.state != "running":
@@ -164,7 +164,7 @@ class Follow:
                 self.objects.create(obj)
                 return
             except kube.ApiException as e:
-                said = _api_error(e)
+                said = kube.api_message(e)
                 transient = "failed calling webhook" in said or ("admission webhook" in said and "not found" in said)
                 if not transient or time.monotonic() > deadline:
                     raise
@@ -194,7 +194,7 @@ class Follow:
         try:
             workloads = self.objects.list_objects(version, "Workload", self.params.namespace) if version else []
         except kube.ApiException as e:
-            return f"; Kueue Workloads not readable: {_api_error(e)}"
+            return f"; Kueue Workloads not readable: {kube.api_message(e)}"
         # Owned by the job, or (pod groups: StatefulSet, LeaderWorkerSet) by its pods.
         mine = [w for w in workloads if any(o.get("name") == self.name or str(o.get("name", "")).startswith(
             self.name + "-") for o in w["metadata"].get("ownerReferences") or [])]  # fmt: skip
@@ -219,20 +219,6 @@ def kueue_version(objects: kube.Objects) -> str:
 def local_queue(namespace: str, version: str, cluster_queue: str) -> dict[str, Any]:
     return {"apiVersion": version, "kind": "LocalQueue", "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
             "spec": {"clusterQueue": cluster_queue}}  # fmt: skip
-
-
-def _api_error(e: Any) -> str:
-    body = getattr(e, "body", None)
-    if isinstance(body, bytes):
-        body = body.decode(errors="replace")
-    if isinstance(body, str) and '"message"' in body:
-        import json
-
-        try:
-            return str(json.loads(body).get("message"))
-        except ValueError:
-            pass
-    return f"{getattr(e, 'status', '')} {getattr(e, 'reason', '')}".strip()
 
 
 def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Result]:

@@ -397,6 +397,32 @@ def test_explain_a_live_pod(plane: ControlPlane, kube: Kube, webhook: Webhook) -
     assert p.returncode == 1 and f"NO  namespace {OFF} lacks the label" in p.stdout
 
 
+def test_a_refused_request_names_the_right_it_lacked(plane: ControlPlane, kube: Kube, webhook: Webhook,
+                                                   tmp_path: Path) -> None:  # fmt: skip
+    """With a real token that RBAC grants nothing, the CLIs say whom the API server refused and
+    what it refused (its Status message), not only `403 Forbidden`."""
+    sa = "nobody"
+    r = kube.request("POST", f"/api/v1/namespaces/{ON}/serviceaccounts",
+                     {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}})  # fmt: skip
+    assert r.status_code in (201, 409), r.text
+    token = kube.ok("POST", f"/api/v1/namespaces/{ON}/serviceaccounts/{sa}/token",
+                    {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                     "spec": {"expirationSeconds": 600}})["status"]["token"]  # fmt: skip
+    config = yaml.safe_load(plane.kubeconfig.read_text())
+    config["users"] = [{"name": "admin", "user": {"token": token}}]
+    kubeconfig = tmp_path / "nobody"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    who = f'User "system:serviceaccount:{ON}:{sa}"'
+    for words, said in (
+        (["explain", "anything", "-n", ON], f'{ON}/anything: 403 Forbidden: pods "anything" is forbidden: {who} cannot get resource "pods"'),
+        (["e2e"], f"the API server refused: 403 Forbidden: mutatingwebhookconfigurations.admissionregistration.k8s.io is forbidden: {who} cannot list"),
+    ):  # fmt: skip
+        p = subprocess.run([sys.executable, "-m", "app.cli", *words, "--kubeconfig", str(kubeconfig)],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert said in p.stderr, p.stderr
+
+
 def test_the_kubectl_plugin_honours_kubectls_context_kubeconfig_and_namespace(
     plane: ControlPlane, kube: Kube, webhook: Webhook, tmp_path: Path
 ) -> None:
