@@ -43,7 +43,7 @@ golden: setup
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-# Benchmarks (BENCHMARKS.md): ~12 minutes, writes scripts/bench/results.json.
+# Benchmarks (BENCHMARKS.md): ~17 minutes, writes scripts/bench/results.json.
 bench: setup
 	$(PY) scripts/bench/run.py --out scripts/bench/results.json
 
