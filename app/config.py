@@ -9,6 +9,8 @@ Example (every key optional; profiles are merged over the built-in ones):
               imagePullPolicy: IfNotPresent}
     clusterDomain: cluster.local
     rdmaResourcePrefixes: ["rdma/"]
+    optIn: namespace          # or pod: the pod label is required too
+    excludeNamespaces: [kube-system]
     defaultProfile: default
     profiles:
       BM.GPU4.8: {description: "...", env: {NCCL_IB_HCA: "=mlx5_0,..."}}
@@ -17,7 +19,7 @@ Example (every key optional; profiles are merged over the built-in ones):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -72,6 +74,9 @@ class _Limits(_Strict):
     max_patch_bytes: int = Field(_D.max_patch_bytes, alias="maxPatchBytes", ge=64 << 10, le=3 << 20)
 
 
+_Namespace = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+
+
 class _Profile(_Strict):
     description: str = ""
     env: dict[str, str | int | float] = {}
@@ -85,6 +90,11 @@ class _File(_Strict):
     limits: _Limits = _Limits()  # type: ignore[call-arg]
     default_profile: str = Field(_D.default_profile, alias="defaultProfile")
     profiles: dict[str, _Profile] = {}
+    opt_in: Literal["namespace", "pod"] = Field(cast(Any, _D.opt_in), alias="optIn")
+    # DNS labels (the chart adds its release namespace to webhook.excludeNamespaces here).
+    exclude_namespaces: list[_Namespace] = Field(
+        list(_D.exclude_namespaces), alias="excludeNamespaces", max_length=256,
+    )  # fmt: skip
 
 
 def from_dict(data: dict[str, Any] | None) -> InjectConfig:
@@ -110,6 +120,8 @@ def from_dict(data: dict[str, Any] | None) -> InjectConfig:
         rdma_resource_prefixes=tuple(parsed.rdma_resource_prefixes),
         profiles=profiles,
         default_profile=parsed.default_profile,
+        opt_in=parsed.opt_in,
+        exclude_namespaces=tuple(parsed.exclude_namespaces),
     )
 
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from app.core import InvalidPod, Params, UnsupportedPod, mutate, names
+from app.core import InvalidPod, Params, UnsupportedPod, mutate, names, selection
 from app.core.params import STEP_NAMES
 
 
@@ -20,28 +20,51 @@ def explain(
     pod: dict[str, Any],
     params: Params,
     namespace_labels: dict[str, str] | None = None,
-    excluded_namespaces: tuple[str, ...] = ("kube-system",),
+    selectors: selection.Selectors | None = None,
 ) -> list[Step]:
+    """`selectors`: the installed webhook's (read from the cluster); None: what the chart
+    renders for params.config. `namespace_labels`: None for a file previewed offline."""
     steps: list[Step] = []
     meta = pod.get("metadata") or {}
     ns = params.namespace
+    sel = selectors if selectors is not None else selection.from_config(params.config)
+    mode = selection.mode(sel)
     opt = f"{names.INJECT_LABEL}={names.INJECT_LABEL_VALUE}"
+    steps.append(Step(True, f"opt-in mode {mode}: " + (
+        "every host-network pod of a labelled namespace is sent; training pods get the plumbing"
+        if mode == "namespace" else f"a pod is sent only if it carries {opt} too")))  # fmt: skip
+    reasons = selection.not_sent(sel, pod, ns, namespace_labels)
+    ns_reasons = [r for r in reasons if r.startswith(f"namespace {ns} ")]
+    if namespace_labels is not None and not ns_reasons:
+        steps.append(Step(True, f"namespace {ns} has the label {opt}"))
+    steps += [Step(False, r) for r in ns_reasons]
     if namespace_labels is not None:
-        on = namespace_labels.get(names.INJECT_LABEL) == names.INJECT_LABEL_VALUE
-        steps.append(Step(on, f"namespace {ns} {'has' if on else 'lacks'} the label {opt}"
-                          + ("" if on else f" (kubectl label namespace {ns} {opt})")))  # fmt: skip
         enforce = namespace_labels.get("pod-security.kubernetes.io/enforce", "")
         if enforce in ("baseline", "restricted"):
             steps.append(Step(False, f"namespace {ns} enforces Pod Security '{enforce}': host-network pods are "
                               "rejected; label it pod-security.kubernetes.io/enforce=privileged"))  # fmt: skip
-    if ns in excluded_namespaces:
-        steps.append(Step(False, f"namespace {ns} is excluded from the webhook"))
     labels = meta.get("labels") or {}
-    has = labels.get(names.INJECT_LABEL) == names.INJECT_LABEL_VALUE
-    steps.append(Step(has, f"pod {'has' if has else 'lacks'} the label {opt}"
-                      + ("" if has else " (set it in the job's pod template, not on the job)")))  # fmt: skip
-    host = (pod.get("spec") or {}).get("hostNetwork") is True
-    steps.append(Step(host, "spec.hostNetwork is true" if host else "spec.hostNetwork is not true: nothing to do"))
+    label = labels.get(names.INJECT_LABEL)
+    pod_reasons = [r for r in reasons if r.startswith("the pod")]
+    if pod_reasons:
+        steps += [Step(False, r) for r in pod_reasons]
+    elif label == names.INJECT_LABEL_VALUE:
+        steps.append(
+            Step(
+                True, f"pod has the label {opt}" + (": a training pod, whatever it runs" if mode == "namespace" else "")
+            )
+        )
+    elif label is None:
+        steps.append(Step(True, "no pod label needed (opt-in mode namespace)"))
+    else:
+        steps.append(Step(True, f"pod label {names.INJECT_LABEL}={label!r} is neither {names.INJECT_LABEL_VALUE!r} "
+                          f"(a training pod) nor {names.INJECT_DISABLED!r} (opt out): read as no label"))  # fmt: skip
+    rest = [r for r in reasons if r not in ns_reasons and r not in pod_reasons]
+    if (pod.get("spec") or {}).get("hostNetwork") is True:
+        steps.append(Step(True, "spec.hostNetwork is true"))
+    steps += [Step(False, r) for r in rest]
+    if reasons:
+        return steps
     status = (meta.get("annotations") or {}).get(names.STATUS_ANNOTATION)
     if status:
         data = json.loads(status)
@@ -59,6 +82,7 @@ def explain(
         steps.append(Step(False, f"the pod cannot be mutated safely: {e}"))
         return steps
     if result.info is None:
+        steps.append(Step(False, f"left unchanged: {result.reason}"))
         return steps
     info = result.info
     steps.append(Step(True, f"launcher detected: {info.launcher}" + (f" (job {info.job})" if info.job else "")))

@@ -23,13 +23,14 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from app import tls
+from app.core import selection
 
 log = logging.getLogger("hostnet_rdma.certs")
 
 # Callers catch this without importing the client themselves (tests/test_contracts.py).
 __all__ = ["ApiException", "EventSender", "Objects", "SelfManagedCerts", "api_client", "api_message",
-           "context_namespace", "excluded_namespaces", "list_pods", "mutating_webhook_configurations",
-           "namespace_labels", "pod_log", "read_pod", "refusal"]  # fmt: skip
+           "context_namespace", "list_pods", "mutating_webhook_configurations",
+           "namespace_labels", "pod_log", "read_pod", "refusal", "webhook_selectors"]  # fmt: skip
 
 
 def api_message(e: Any) -> str:
@@ -228,22 +229,19 @@ def namespace_labels(api: client.ApiClient, namespace: str) -> dict[str, str]:
     return dict((ns.metadata.labels if ns.metadata else None) or {})
 
 
-def excluded_namespaces(api: client.ApiClient, webhook_config: str) -> tuple[str, ...] | None:
-    """The namespaces the installed webhook configuration never sees (its namespaceSelector's
-    `kubernetes.io/metadata.name NotIn` list); None when there is no such configuration."""
+def webhook_selectors(api: client.ApiClient, webhook_config: str) -> selection.Selectors | None:
+    """The selection of the installed webhook configuration (its first webhook: the chart has
+    one); None when there is no such configuration."""
     try:
-        mwc = client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(webhook_config)
+        resp: Any = client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
+            webhook_config, _preload_content=False
+        )
     except ApiException as e:
         if e.status == 404:
             return None
         raise
-    names: list[str] = []
-    for hook in mwc.webhooks or []:
-        selector = hook.namespace_selector
-        for expr in (selector.match_expressions if selector else None) or []:
-            if expr.key == "kubernetes.io/metadata.name" and expr.operator == "NotIn":
-                names += list(expr.values or [])
-    return tuple(names)
+    hooks = json.loads(resp.data).get("webhooks") or [{}]
+    return selection.from_webhook(hooks[0])
 
 
 def pod_log(api: client.ApiClient, namespace: str, name: str, container: str | None, previous: bool = False) -> str:

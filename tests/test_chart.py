@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.core import Params, mutate
+from app import config
+from app.core import Params, mutate, selection
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "hostnet-rdma"
@@ -143,9 +144,30 @@ def test_webhook_configuration() -> None:
     ]
     excluded = hook["namespaceSelector"]["matchExpressions"][1]["values"]
     assert excluded == ["kube-system", "hostnet-rdma-system"]
-    assert hook["objectSelector"] == {"matchLabels": {"hostnet-rdma.io/inject": "enabled"}}
+    assert hook["objectSelector"] == {
+        "matchExpressions": [{"key": "hostnet-rdma.io/inject", "operator": "NotIn", "values": ["disabled"]}]
+    }
+    assert hook["matchConditions"] == [
+        {"name": "host-network", "expression": "has(object.spec.hostNetwork) && object.spec.hostNetwork"}
+    ]
     cm = next(d for d in docs("cert-manager") if d["kind"] == "MutatingWebhookConfiguration")
     assert cm["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "hostnet-rdma-system/hostnet-rdma"
+
+
+@pytest.mark.parametrize("opt_in", ["namespace", "pod"])
+def test_the_webhooks_selection_is_what_the_config_says(opt_in: str) -> None:
+    """One home: the selectors the chart renders are app.core.selection's for the config the
+    chart's ConfigMap holds (what the previews and the Event recorder read)."""
+    p = template("--set", f"config.optIn={opt_in}", "--set", "webhook.excludeNamespaces={kube-system,monitoring}")
+    assert p.returncode == 0, p.stderr
+    rendered = [d for d in yaml.safe_load_all(p.stdout) if d]
+    hook = next(d for d in rendered if d["kind"] == "MutatingWebhookConfiguration")["webhooks"][0]
+    cm = next(d for d in rendered if d["kind"] == "ConfigMap" and "config.yaml" in d.get("data", {}))
+    cfg = config.from_dict(yaml.safe_load(cm["data"]["config.yaml"]))
+    assert cfg.opt_in == opt_in
+    assert cfg.exclude_namespaces == ("kube-system", "monitoring", "hostnet-rdma-system")
+    assert selection.from_webhook(hook) == selection.from_config(cfg)
+    assert selection.mode(selection.from_webhook(hook)) == opt_in
 
 
 @pytest.mark.parametrize(
@@ -217,10 +239,15 @@ def test_examples_opt_in_and_mutate(example: Path) -> None:
         assert jobs and all(j["spec"]["runtimeRef"]["name"] in runtimes for j in jobs), example
         return
     for t in full:
-        assert t["metadata"]["labels"]["hostnet-rdma.io/inject"] == "enabled"
+        # The namespace's label is the opt-in (the default mode): no pod label in the examples.
+        assert "hostnet-rdma.io/inject" not in (t.get("metadata") or {}).get("labels", {}), example
         assert t["spec"]["hostNetwork"] is True
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "example-0", **t["metadata"]},
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "example-0", **(t.get("metadata") or {})},
                "spec": {**t["spec"], "hostname": "example-0", "subdomain": "example"}}  # fmt: skip
+        if not any("command" in c for c in t["spec"]["containers"]):
+            # A runtime's template: the TrainJob gives the command, and the pods are JobSet pods
+            # (training pods by their launcher); this stand-in pod has neither, so say it trains.
+            pod["metadata"] = {**pod["metadata"], "labels": {"hostnet-rdma.io/inject": "enabled"}}
         result = mutate(pod, Params(namespace="ml", wrapper_payload="x"))
         assert result.changed and "dns" in result.applied
         # No hand-written rendezvous flags in the examples: the webhook supplies them.

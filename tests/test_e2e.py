@@ -41,7 +41,7 @@ def test_every_job_is_written_as_users_write_it(launcher: str) -> None:
     assert [d["metadata"]["namespace"] for d in docs] == ["e2e"] * len(docs)
     (tmpl,) = templates(docs)
     spec = tmpl["spec"]
-    assert tmpl["metadata"]["labels"] == {"hostnet-rdma.io/inject": "enabled", JOB_LABEL: jobs.job_name(launcher)}
+    assert tmpl["metadata"]["labels"] == {JOB_LABEL: jobs.job_name(launcher)}  # opt-in mode namespace: no pod label
     assert spec["hostNetwork"] is True
     # What the webhook is there to add is not written by the job.
     assert "dnsPolicy" not in spec
@@ -295,7 +295,7 @@ def test_cluster_queue_without_kueue_or_its_queue_stops_the_run(monkeypatch: pyt
     from app import kube
     from app.e2e import run
 
-    monkeypatch.setattr(run, "opt_in_labels", lambda api: ({}, {}))
+    monkeypatch.setattr(run, "opt_in_labels", lambda api: ({}, {}, "namespace"))
     monkeypatch.setattr(run, "present", lambda objects: dict.fromkeys(LAUNCHERS, True))
     for served, said in ((_Served(False), "Kueue is not installed here"),
                          (_Served(True, ("other",)), "--cluster-queue gpu: no such ClusterQueue")):  # fmt: skip

@@ -228,7 +228,9 @@ def _pod(env: list[dict[str, str]], command: list[str] | None) -> dict[str, Any]
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": f"{JOB}-1", "namespace": "ns",
-                     "labels": {"batch.kubernetes.io/job-name": JOB, "batch.kubernetes.io/controller-uid": "u-1"},
+                     # The pod label: a training pod whatever it runs (the entrypoint case has no command).
+                     "labels": {"batch.kubernetes.io/job-name": JOB, "batch.kubernetes.io/controller-uid": "u-1",
+                                "hostnet-rdma.io/inject": "enabled"},
                      "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": JOB, "uid": "u-1"}]},
         "spec": {"hostname": f"{JOB}-1", "subdomain": JOB, "hostNetwork": True, "containers": [c]},
     }  # fmt: skip

@@ -91,10 +91,13 @@ def test_explain_golden_pods(case: Path) -> None:
     pod = yaml.safe_load(case.read_text())
     steps = explain(pod, Params(namespace="default", wrapper_payload="x"))
     text = "\n".join(s.text for s in steps)
-    if pod["spec"].get("hostNetwork"):
-        assert "launcher detected:" in text and "NCCL profile:" in text and "would inject:" in text
-    else:
+    expected = yaml.safe_load(case.with_name(case.stem + ".expected.yaml").read_text())
+    if not pod["spec"].get("hostNetwork"):
         assert "spec.hostNetwork is not true" in text and not steps[-1].ok
+    elif expected.get("reason"):  # not sent, or sent and left unchanged: a NO line says why
+        assert any(not s.ok and expected["reason"] in s.text for s in steps), text
+    else:
+        assert "launcher detected:" in text and "NCCL profile:" in text and "would inject:" in text
 
 
 def test_explain_namespace_reasons() -> None:
@@ -107,6 +110,33 @@ def test_explain_namespace_reasons() -> None:
         == "namespace team-a lacks the label hostnet-rdma.io/inject=enabled (kubectl label namespace team-a hostnet-rdma.io/inject=enabled)"
     )
     assert "enforces Pod Security 'baseline'" in texts[1]
+
+
+def test_explain_says_the_opt_in_mode_and_the_pod_label() -> None:
+    from app import config
+
+    pod = yaml.safe_load((GOLDEN / "opt-in" / "volcano-seed-no-pod-label.yaml").read_text())
+    steps = explain(pod, Params(namespace="ml", wrapper_payload="x"), {"hostnet-rdma.io/inject": "enabled"})
+    assert steps[0].text.startswith("opt-in mode namespace:") and all(s.ok for s in steps), steps
+    assert "no pod label needed (opt-in mode namespace)" in [s.text for s in steps]
+    cautious = Params(config=config.from_dict({"optIn": "pod"}), namespace="ml", wrapper_payload="x")
+    steps = explain(pod, cautious, {"hostnet-rdma.io/inject": "enabled"})
+    assert steps[0].text.startswith("opt-in mode pod:")
+    assert [s.text for s in steps if not s.ok] == [
+        "the pod lacks the label hostnet-rdma.io/inject=enabled, which the webhook's opt-in mode `pod` requires "
+        "(set it in the job's pod template, not on the job)"
+    ]
+    pod["metadata"]["labels"]["hostnet-rdma.io/inject"] = "true"  # a wrong value is not "lacks"
+    (no,) = [s.text for s in explain(pod, cautious) if not s.ok]
+    assert no.startswith("the pod has hostnet-rdma.io/inject='true', not hostnet-rdma.io/inject=enabled")
+    texts = [s.text for s in explain(pod, Params(namespace="ml", wrapper_payload="x"))]
+    assert (
+        "pod label hostnet-rdma.io/inject='true' is neither 'enabled' (a training pod) nor 'disabled' (opt out): read as no label"
+        in texts
+    )
+    pod["metadata"]["labels"]["hostnet-rdma.io/inject"] = "disabled"
+    steps = explain(pod, Params(namespace="ml", wrapper_payload="x"))
+    assert [s.text for s in steps if not s.ok] == ["the pod opts out: label hostnet-rdma.io/inject=disabled"]
 
 
 def test_explain_cli_on_a_file() -> None:

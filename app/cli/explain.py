@@ -4,11 +4,13 @@ step, from the namespace label to what the webhook decided."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
 from app import review
 from app.cli.common import CommandError, add_cluster_args, cluster_namespace, error, load_config, read_pod_file
+from app.core import selection
 from app.explain import explain
 
 
@@ -19,7 +21,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     except CommandError as e:
         return error(str(e))
     ns_labels: dict[str, str] | None = None
-    found: tuple[str, ...] | None = None
+    selectors: selection.Selectors | None = None
     if pod is not None:
         namespace = args.namespace or (pod.get("metadata") or {}).get("namespace") or "default"
     else:
@@ -33,20 +35,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
             api = kube.api_client(args.kubeconfig, args.context)
             pod = kube.read_pod(api, namespace, args.pod)
             ns_labels = kube.namespace_labels(api, namespace)
-            found = kube.excluded_namespaces(api, args.webhook_config)
+            selectors = kube.webhook_selectors(api, args.webhook_config)
         except kube.ApiException as e:
             print(f"hostnet-rdma: error: {namespace}/{args.pod}: {kube.refusal(e)}", file=sys.stderr)
             return 2
+    if args.file and args.exclude_namespaces is not None:
+        cfg = dataclasses.replace(cfg, exclude_namespaces=tuple(n for n in args.exclude_namespaces.split(",") if n))
     params = review.params_for(cfg, namespace)
-    if args.file:
-        excluded = tuple(n for n in args.exclude_namespaces.split(",") if n)
-    elif found is None:
+    if not args.file and selectors is None:
         print(f"NO  no MutatingWebhookConfiguration {args.webhook_config!r} in this cluster: is the chart installed "
               "(helm list -A), under another release name (--webhook-config)?")  # fmt: skip
         return 1
-    else:
-        excluded = found
-    steps = explain(pod, params, ns_labels, excluded)
+    steps = explain(pod, params, ns_labels, selectors)
     for s in steps:
         print(f"{'ok ' if s.ok else 'NO '} {s.text}")
     return 0 if all(s.ok for s in steps) else 1
@@ -61,7 +61,7 @@ def register(sub: Any) -> None:
     e.add_argument("--webhook-config", default="hostnet-rdma",
                    help="name of the installed MutatingWebhookConfiguration (the Helm release's fullname); its "
                         "excluded namespaces are read from it")  # fmt: skip
-    e.add_argument("--exclude-namespaces", default="kube-system",
-                   help="with -f: namespaces the webhook never sees, comma-separated (the chart's "
-                        "webhook.excludeNamespaces plus its own namespace)")  # fmt: skip
+    e.add_argument("--exclude-namespaces",
+                   help="with -f: namespaces the webhook never sees, comma-separated (default: the config's "
+                        "excludeNamespaces, kube-system without one)")  # fmt: skip
     e.set_defaults(func=cmd_explain)

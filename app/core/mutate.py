@@ -10,6 +10,7 @@ import orjson
 
 from app.core import inject, launchers, names, profiles, wrap
 from app.core.launchers import LauncherInfo
+from app.core.launchers.base import pod_labels
 from app.core.params import STEP_NAMES, InjectConfig, Params
 
 Obj = dict[str, Any]
@@ -228,11 +229,46 @@ def _json_copy(value: Any) -> Any:
     return value
 
 
+# Launchers that run nothing but training jobs: their pods are training pods whatever they run.
+TRAINING_LAUNCHERS = ("volcano", "pytorchjob", "trainjob", "jobset", "lws")
+
+
+def _not_training(pod: Obj, info: LauncherInfo, ann: dict[str, str], rdma_prefixes: tuple[str, ...]) -> str:
+    """Why a pod the namespace opt-in sent us is no training pod ("" when it is one). In a
+    labelled namespace every host-network pod is sent (a node exporter, a CNI agent...); only
+    training gets privileged containers and device mounts."""
+    if names.STATUS_ANNOTATION in ann or names.ANN_CONTAINERS in ann:
+        return ""  # mutated by us already (reinvocation), or the user named its training containers
+    if info.launcher in TRAINING_LAUNCHERS:
+        return ""
+    for c in pod["spec"]["containers"]:
+        if _requests_devices(c, rdma_prefixes) or wrap.runs_torch_distributed(c) or _torchrun_env(c):
+            return ""
+    return (
+        "not a training pod: no container runs torchrun or torch.distributed.run, sets torchrun's PET_* env or "
+        f"requests a GPU or RDMA resource, and no training launcher owns it (label the pod {names.INJECT_LABEL}={names.INJECT_LABEL_VALUE} "
+        "to plumb it anyway)"
+    )
+
+
+def _torchrun_env(container: Obj) -> bool:
+    """The container sets torchrun's own env (PET_*): its image's entrypoint runs torchrun."""
+    for e in container.get("env") or []:
+        if isinstance(e, dict) and str(e.get("name", "")).startswith("PET_"):
+            return True
+    return False
+
+
 def mutate(pod: Obj, params: Params) -> Result:
     """Mutate a copy of `pod`. Raises InvalidPod / UnsupportedPod; never mutates the input."""
     _check_shape(pod)
     if pod["spec"].get("hostNetwork") is not True:
         return Result(pod=pod, changed=False, reason="not a hostNetwork pod")
+    label = pod_labels(pod).get(names.INJECT_LABEL)
+    if label == names.INJECT_DISABLED:
+        # The webhook's objectSelector keeps such pods away; a request that names one anyway
+        # changes nothing either.
+        return Result(pod=pod, changed=False, reason=f"the pod opts out: label {names.INJECT_LABEL}={label}")
     out = _writable(pod)
     warnings: list[str] = []
     meta = out.setdefault("metadata", {})
@@ -246,6 +282,10 @@ def mutate(pod: Obj, params: Params) -> Result:
         else:
             warnings.append(f"{names.ANN_RDZV_PORT}={raw!r} is not a port; using {port}")
     info = launchers.describe(out, port)
+    if label != names.INJECT_LABEL_VALUE:
+        why = _not_training(pod, info, ann, params.config.rdma_resource_prefixes)
+        if why:
+            return Result(pod=pod, changed=False, reason=why)
     profile, profile_reason = profiles.select(out, params.config, warnings)
     training = _training_containers(out, info, ann, warnings, params.config.rdma_resource_prefixes)
     if len(training) > params.config.max_training_containers:

@@ -6,9 +6,12 @@ from app.wrapper import rules
 
 DOMAIN = "hostnet-rdma.io"
 
-# Opt-in: the webhook's namespaceSelector and objectSelector both match this label.
+# Opt-in: the webhook's namespaceSelector matches this label; its objectSelector sends every
+# pod but those labelled `disabled` (opt-in mode `namespace`, the default), or only those
+# labelled `enabled` (mode `pod`). A pod labelled `enabled` is a training pod whatever it runs.
 INJECT_LABEL = f"{DOMAIN}/inject"
 INJECT_LABEL_VALUE = "enabled"
+INJECT_DISABLED = "disabled"
 
 # Written on every pod we mutate: JSON with version, launcher, profile, steps.
 STATUS_ANNOTATION = f"{DOMAIN}/injected"

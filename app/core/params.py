@@ -106,6 +106,13 @@ class InjectConfig:
     max_patch_bytes: int = 1 << 20
     profiles: dict[str, Profile] = field(default_factory=lambda: dict(BUILTIN_PROFILES))
     default_profile: str = "default"
+    # Which pods the webhook is sent (the chart renders its selectors from these; app.core.selection):
+    # "namespace": every host-network pod of a labelled namespace, but a pod labelled
+    # hostnet-rdma.io/inject=disabled, and only training pods get the plumbing;
+    # "pod": the cautious mode, where the pod (its job's pod template) must carry the label too.
+    opt_in: str = "namespace"
+    # Namespaces never sent, labelled or not (the chart adds its own release namespace).
+    exclude_namespaces: tuple[str, ...] = ("kube-system",)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The e2e job shapes: one 2-node training job per launcher, written as its users write it
-(plain `torchrun`, `hostNetwork: true`, the opt-in label on the pod template, no rendezvous
-shell), so what is checked is what the webhook adds. Pure: parameters in, manifests out.
+(plain `torchrun`, `hostNetwork: true`, no rendezvous shell, and the pod label only where the
+installed webhook's opt-in mode asks for it), so what is checked is what the webhook adds. Pure: parameters in, manifests out.
 
 What differs between clusters (image, GPUs, node selection, how torch gets into the pod) is in
 `Params`; nothing else is cluster-specific. Each job has its own c10d port so that all of them
@@ -28,8 +28,9 @@ Manifest = dict[str, Any]
 class Params:
     namespace: str
     image: str
-    # The labels the installed webhook's objectSelector asks pods for.
-    inject_labels: Mapping[str, str] = field(default_factory=lambda: {"hostnet-rdma.io/inject": "enabled"})
+    # The labels the installed webhook's objectSelector asks pods for: none in the default
+    # opt-in mode (namespace), hostnet-rdma.io/inject=enabled in the cautious one (pod).
+    inject_labels: Mapping[str, str] = field(default_factory=dict)
     image_pull_policy: str = "IfNotPresent"
     nodes: int = 2
     gpus_per_node: int = 0

@@ -18,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 from app import kube
+from app.core import selection
 from app.e2e import outcome
 from app.e2e.jobs import JOB_LABEL, LAUNCHERS, Params, job_name, manifests, script_configmap
 
@@ -50,9 +51,10 @@ class Options:
     cluster_queue: str = ""  # Kueue: submit the jobs through a LocalQueue for this ClusterQueue
 
 
-def opt_in_labels(api: Any, webhook: str = WEBHOOK) -> tuple[dict[str, str], dict[str, str]]:
-    """(namespace labels, pod labels) that the installed webhook selects, from its
-    MutatingWebhookConfiguration: `In` expressions and matchLabels of both selectors."""
+def opt_in_labels(api: Any, webhook: str = WEBHOOK) -> tuple[dict[str, str], dict[str, str], str]:
+    """(namespace labels, pod labels, opt-in mode) that the installed webhook selects, from its
+    MutatingWebhookConfiguration: `In` expressions and matchLabels of both selectors. In the
+    namespace mode the pods need no label (and carry none: that is what the run shows)."""
     for mwc in kube.mutating_webhook_configurations(api):
         for hook in mwc.get("webhooks") or []:
             if hook.get("name") != webhook:
@@ -65,7 +67,7 @@ def opt_in_labels(api: Any, webhook: str = WEBHOOK) -> tuple[dict[str, str], dic
                 for expr in selector.get("matchExpressions") or []:
                     if expr.get("operator") == "In" and expr.get("values"):
                         out[expr["key"]] = expr["values"][0]
-            return ns_labels, pod_labels
+            return ns_labels, pod_labels, selection.mode(selection.from_webhook(hook))
     raise E2EError(
         f"the hostnet-rdma webhook is not installed on this cluster (no MutatingWebhookConfiguration has a webhook "
         f"named {webhook}): install the chart first (README: Install)"
@@ -222,7 +224,7 @@ def local_queue(namespace: str, version: str, cluster_queue: str) -> dict[str, A
 
 
 def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Result]:
-    ns_labels, pod_labels = opt_in_labels(api)
+    ns_labels, pod_labels, mode = opt_in_labels(api)
     objects = kube.Objects(api)
     served = present(objects)
     wanted = list(opts.launchers) if opts.launchers is not None else list(LAUNCHERS)
@@ -234,7 +236,7 @@ def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Res
                 f"{ln.installs} is not installed here (the API server serves no {ln.kind} of {ln.api_version})"))  # fmt: skip
     runnable = [n for n in wanted if served[n]]
     namespace = opts.params.namespace or f"hostnet-rdma-e2e-{secrets.token_hex(3)}"
-    params = replace(opts.params, namespace=namespace, inject_labels=pod_labels or opts.params.inject_labels)
+    params = replace(opts.params, namespace=namespace, inject_labels=pod_labels)
     version = ""
     if opts.cluster_queue:
         version = kueue_version(objects)
@@ -247,6 +249,14 @@ def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Res
     if runnable:
         say(f"namespace {namespace}: {', '.join(runnable)} ({params.nodes} nodes x {params.nproc_per_node} "
             f"{params.backend} ranks each, timeout {opts.timeout:.0f}s)")  # fmt: skip
+        say(
+            f"opt-in mode {mode}: "
+            + (
+                "the namespace's label alone; the pods carry none"
+                if not pod_labels
+                else "the namespace's label and, on every pod, " + ", ".join(f"{k}={v}" for k, v in pod_labels.items())
+            )
+        )
         if version:
             outside = [n for n in runnable if n in NOT_KUEUES]
             say(

@@ -73,7 +73,7 @@ def test_every_launcher_pod_is_stored_with_the_full_injection(kube: Kube, webhoo
     stored = kube.ok("GET", f"/api/v1/namespaces/{ON}/pods/{r.json()['metadata']['name']}")
     want = mutate({**pod, "metadata": {**pod["metadata"], "namespace": ON}},
                   Params(namespace=ON, wrapper_payload=payload(), version="0.1.0")).pod  # fmt: skip
-    if not pod["spec"].get("hostNetwork"):
+    if not pod["spec"].get("hostNetwork") or injected(want) is None:  # not sent, or left as it is
         assert injected(stored) is None
         return
     status = injected(stored)
@@ -96,12 +96,83 @@ def test_namespace_without_label_is_untouched(kube: Kube, webhook: Webhook) -> N
     assert r.json()["spec"]["dnsPolicy"] == "ClusterFirst"
 
 
-def test_pod_without_label_is_untouched(kube: Kube, webhook: Webhook) -> None:
+def test_namespace_opt_in_sends_unlabelled_pods_but_not_opted_out_ones(kube: Kube, webhook: Webhook) -> None:
+    """The default opt-in mode: in a labelled namespace a training pod without the pod label is
+    mutated as with it; one labelled hostnet-rdma.io/inject=disabled is never sent."""
     pod = load(GOLDEN / "volcano" / "plain-c10d-worker-1.yaml")
     pod["metadata"]["labels"].pop("hostnet-rdma.io/inject")
     pod["metadata"]["name"] = "unlabelled"
     r = kube.create_pod(ON, pod)
+    assert r.status_code == 201 and (injected(r.json()) or {}).get("launcher") == "volcano", r.text
+    before = settled_count(webhook.log, '"msg":"admission"') if webhook.log else 0
+    pod["metadata"]["name"] = "opted-out"
+    pod["metadata"]["labels"]["hostnet-rdma.io/inject"] = "disabled"
+    r = kube.create_pod(ON, pod)
     assert r.status_code == 201 and injected(r.json()) is None
+    if webhook.log:
+        assert settled_count(webhook.log, '"msg":"admission"') == before  # never called
+
+
+def test_only_host_network_pods_are_sent_and_only_training_ones_change(kube: Kube, webhook: Webhook) -> None:
+    """The webhook's matchConditions: the API server does not call it for a pod without
+    hostNetwork. A host-network pod that trains nothing (a node exporter) is sent and left as it is."""
+    before = settled_count(webhook.log, '"msg":"admission"') if webhook.log else 0
+    pod = load(GOLDEN / "generic" / "not-hostnetwork.yaml")
+    pod["metadata"]["name"] = "no-host-network"
+    r = kube.create_pod(ON, pod)
+    assert r.status_code == 201 and injected(r.json()) is None
+    if webhook.log:
+        assert settled_count(webhook.log, '"msg":"admission"') == before  # never called
+    exporter = load(GOLDEN / "opt-in" / "node-exporter-daemonset.yaml")
+    exporter["metadata"].pop("ownerReferences")  # no DaemonSet of that uid here
+    r = kube.create_pod(ON, exporter)
+    assert r.status_code == 201 and injected(r.json()) is None
+    stored = r.json()["spec"]
+    assert stored["dnsPolicy"] == "ClusterFirst" and "securityContext" not in stored["containers"][0]
+    assert [v["name"] for v in stored["volumes"] if not v["name"].startswith("kube-api-access-")] == ["root"]
+    if webhook.log:
+        assert settled_count(webhook.log, '"msg":"admission"') == before + 1  # sent, and unchanged
+        last = [json.loads(ln) for ln in webhook.log.read_text().splitlines() if '"msg":"admission"' in ln][-1]
+        assert last["outcome"] == "unchanged" and last["pod"].startswith("node-exporter-"), last
+
+
+def test_the_cautious_opt_in_mode_ignores_unlabelled_pods(plane: ControlPlane, kube: Kube, webhook: Webhook) -> None:
+    """config.optIn=pod (helm upgrade): the pod label is required again; back to the default after."""
+    if not webhook.log:
+        pytest.skip("changes the installed release: only against the tier's own control plane")
+    torchrun = load(GOLDEN / "generic" / "indexed-job.yaml")
+    torchrun["metadata"]["labels"].pop("hostnet-rdma.io/inject")
+    torchrun["metadata"].pop("ownerReferences")
+
+    def mode_in_effect(mutated: bool) -> None:  # the API server reloads webhook configurations asynchronously
+        deadline = time.monotonic() + 30
+        while True:
+            r = kube.create_pod(ON, torchrun, dryRun="All")
+            if r.status_code == 201 and (injected(r.json()) is not None) == mutated:
+                return
+            assert time.monotonic() < deadline, r.text[:300]
+            time.sleep(0.3)
+
+    p = helm(plane, "upgrade", "hostnet-rdma", "charts/hostnet-rdma", "-n", RELEASE_NS, "--reuse-values",
+             "--set", "config.optIn=pod")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    try:
+        hook = kube.ok("GET", MWC_PATH)["webhooks"][0]
+        assert hook["objectSelector"] == {"matchLabels": {"hostnet-rdma.io/inject": "enabled"}}
+        mode_in_effect(mutated=False)
+        before = settled_count(webhook.log, '"msg":"admission"')
+        r = kube.create_pod(ON, {**torchrun, "metadata": {**torchrun["metadata"], "generateName": "cautious-"}})
+        assert r.status_code == 201 and injected(r.json()) is None
+        assert settled_count(webhook.log, '"msg":"admission"') == before  # never called
+        labelled = {**torchrun, "metadata": {**torchrun["metadata"], "generateName": "cautious-labelled-",
+                                              "labels": {**torchrun["metadata"]["labels"], "hostnet-rdma.io/inject": "enabled"}}}  # fmt: skip
+        r = kube.create_pod(ON, labelled)
+        assert r.status_code == 201 and injected(r.json()) is not None
+    finally:
+        p = helm(plane, "upgrade", "hostnet-rdma", "charts/hostnet-rdma", "-n", RELEASE_NS, "--reuse-values",
+                 "--set", "config.optIn=namespace")  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        mode_in_effect(mutated=True)
 
 
 def settled_count(log: Path, needle: str, quiet: float = 0.5, wait: float = 30) -> int:
@@ -588,7 +659,7 @@ def test_e2e_reports_absent_launchers_and_a_missing_webhook(plane: ControlPlane,
     from app.e2e.run import E2EError, opt_in_labels
 
     api = kube_api.api_client(str(plane.kubeconfig))
-    assert opt_in_labels(api) == ({"hostnet-rdma.io/inject": "enabled"}, {"hostnet-rdma.io/inject": "enabled"})
+    assert opt_in_labels(api) == ({"hostnet-rdma.io/inject": "enabled"}, {}, "namespace")
     before = {n["metadata"]["name"] for n in kube.ok("GET", "/api/v1/namespaces")["items"]}
     p = subprocess.run([sys.executable, "-m", "app.cli", "e2e", "--kubeconfig", str(plane.kubeconfig),
                         "--launcher", "volcano,jobset", "-o", "json"], capture_output=True, text=True, cwd=ROOT)  # fmt: skip

@@ -1,5 +1,5 @@
 """The training jobs the cluster tier submits, written as a user would: plain seed-style
-`torchrun`, `hostNetwork: true`, the opt-in label in the pod template. Two things differ from a
+`torchrun`, `hostNetwork: true`, no pod label (the namespace's label is the opt-in). Two things differ from a
 GPU cluster and are added here, not in the webhook: the CPU training image, and torch mounted
 read-only from the test machine (see images/train.Dockerfile)."""
 
@@ -70,16 +70,18 @@ def pod_spec(app: str, image: str, command: str, sites: list[Path], restart: str
     }  # fmt: skip
 
 
-def indexed_job(ns: str, name: str, image: str, sites: list[Path], port: int = 29400) -> list[dict[str, Any]]:
-    """An Indexed Job: pods `<name>-<i>` under the headless Service `<name>`."""
+def indexed_job(
+    ns: str, name: str, image: str, sites: list[Path], port: int = 29400, labels: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """An Indexed Job: pods `<name>-<i>` under the headless Service `<name>`, with `labels` on
+    its pod template besides `app`."""
     spec = pod_spec(name, image, torchrun(f"{name}-0.{name}:{port}"), sites, "Never")
     spec["subdomain"] = name
     job = {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": ns},
         "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 0,
                  "activeDeadlineSeconds": 300,
-                 "template": {"metadata": {"labels": {"app": name, "hostnet-rdma.io/inject": "enabled"}},
-                              "spec": spec}},
+                 "template": {"metadata": {"labels": {"app": name, **(labels or {})}}, "spec": spec}},
     }  # fmt: skip
     return [scripts_configmap(ns), headless_service(ns, name, {"app": name}), job]
 
@@ -97,8 +99,7 @@ def statefulset(
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name, "namespace": ns},
         "spec": {"serviceName": name, "replicas": 2, "podManagementPolicy": "Parallel",
                  "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name, "hostnet-rdma.io/inject": "enabled"}},
-                              "spec": spec}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": spec}},
     }  # fmt: skip
     return [scripts_configmap(ns), headless_service(ns, name, {"app": name}), sts]
 

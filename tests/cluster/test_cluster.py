@@ -317,9 +317,10 @@ def test_same_job_not_opted_in_shows_the_seed_failure(cluster: Cluster, unmutate
     cluster.kubectl("delete", "job", "ddp", "-n", OFF, "--wait=false")
 
 
-def _dry_run_probe(c: Cluster, **spec: Any) -> subprocess.CompletedProcess[str]:
+def _dry_run_probe(c: Cluster, labels: dict[str, str] | None = None, **spec: Any) -> subprocess.CompletedProcess[str]:
     probe = {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"generateName": "probe-", "namespace": ON, "labels": {"hostnet-rdma.io/inject": "enabled"}},
+             "metadata": {"generateName": "probe-", "namespace": ON,
+                          "labels": {"hostnet-rdma.io/inject": "enabled"} if labels is None else labels},
              "spec": {"hostNetwork": True, "containers": [{"name": "c", "image": "localhost/pause:1", "command": ["torchrun", "t.py"]}],
                       **spec}}  # fmt: skip
     return subprocess.run(
@@ -362,4 +363,57 @@ def test_webhook_down_failure_policy(cluster: Cluster, release: dict[str, Any]) 
     deadline = time.monotonic() + 30
     while not _mutated(_dry_run_probe(cluster)):
         assert time.monotonic() < deadline, "the webhook did not come back"
+        time.sleep(0.5)
+
+
+def test_opt_in_modes(cluster: Cluster, release: dict[str, Any]) -> None:
+    """Opt-in mode namespace (the default): a host-network DaemonSet that trains nothing (a node
+    exporter's shape) in the labelled namespace runs unchanged on both nodes (no privileged
+    container, no devices); a training pod labelled hostnet-rdma.io/inject=disabled is left
+    alone. Mode pod (config.optIn=pod, helm upgrade): unlabelled pods are ignored again."""
+    exporter = {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "node-exporter", "namespace": ON},
+        "spec": {"selector": {"matchLabels": {"app": "node-exporter"}},
+                 "template": {"metadata": {"labels": {"app": "node-exporter"}},
+                              "spec": {"hostNetwork": True, "terminationGracePeriodSeconds": 1,
+                                       "containers": [{"name": "node-exporter", "image": "localhost/pause:1",
+                                                       "imagePullPolicy": "Never",
+                                                       "resources": {"requests": {"cpu": "10m"}}}]}}},
+    }  # fmt: skip
+    t0 = time.monotonic()
+    jobs.apply(cluster, [exporter])
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            found = pods(cluster, ON, "app=node-exporter")
+            if len(found) == len(cluster.nodes) and all(p["status"].get("phase") == "Running" for p in found):
+                break
+            assert time.monotonic() < deadline, dump(cluster, ON, "app=node-exporter")
+            time.sleep(1)
+        TIMINGS["host-network DaemonSet (not training) in the labelled namespace to Running"] = time.monotonic() - t0
+        for p in found:
+            assert "hostnet-rdma.io/injected" not in (p["metadata"].get("annotations") or {}), p["metadata"]
+            assert p["spec"]["dnsPolicy"] == "ClusterFirst"
+            assert not p["spec"]["containers"][0].get("securityContext"), p["spec"]["containers"][0]
+            assert not [v for v in p["spec"].get("volumes", []) if v["name"].startswith("hostnet-rdma")]
+    finally:
+        cluster.kubectl("delete", "daemonset", "node-exporter", "-n", ON, "--wait=false", check=False)
+    assert _mutated(_dry_run_probe(cluster, labels={})), "an unlabelled training pod is mutated"
+    assert not _mutated(_dry_run_probe(cluster, labels={"hostnet-rdma.io/inject": "disabled"}))
+    try:
+        up = helm(cluster, "upgrade", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--reuse-values",
+                  "--set", "config.optIn=pod", "--wait", "--timeout", "3m")  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        deadline = time.monotonic() + 30
+        while _mutated(_dry_run_probe(cluster, labels={})):
+            assert time.monotonic() < deadline, "opt-in mode pod never took effect"
+            time.sleep(0.5)
+        assert _mutated(_dry_run_probe(cluster)), "a labelled pod is still mutated"
+    finally:
+        up = helm(cluster, "upgrade", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--reuse-values",
+                  "--set", "config.optIn=namespace", "--wait", "--timeout", "3m")  # fmt: skip
+        assert up.returncode == 0, up.stderr
+    deadline = time.monotonic() + 30
+    while not _mutated(_dry_run_probe(cluster, labels={})):
+        assert time.monotonic() < deadline, "back to opt-in mode namespace: never took effect"
         time.sleep(0.5)

@@ -348,13 +348,11 @@ def test_plain_jobset_completes_with_the_default_endpoint(cluster: Cluster, inst
 
 def seed_trainjob(cluster: Cluster, job_file: str) -> list[dict[str, Any]]:
     """The field report's Trainer v2.3.0 runtime and a TrainJob of its, as written, with the
-    test-machine changes and the opt-in label on the runtime's pod template (README, Opt in)."""
+    test-machine changes; the namespace's label is the opt-in (no pod label)."""
     image, sites = image_ref(cluster, "train"), torch_sites()
     (runtime,) = example("trainer-v2-runtime", ML, image, sites, SEED)
     (job,) = example(job_file, ML, image, sites, SEED)
     job["metadata"]["namespace"] = ML
-    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    pod.setdefault("metadata", {}).setdefault("labels", {})["hostnet-rdma.io/inject"] = "enabled"
     return [runtime, job]
 
 
@@ -619,25 +617,72 @@ def test_volcano_example_completes(cluster: Cluster, installed: dict[str, float]
     cluster.kubectl("delete", "vcjob", "ddp-volcano", "-n", ML, "--wait=true", "--timeout=60s")
 
 
-def seed_volcano_c10d(cluster: Cluster, namespace: str, opted_in: bool) -> list[dict[str, Any]]:
-    docs = example("volcano-c10d", namespace, image_ref(cluster, "train"), torch_sites(), SEED)
-    if opted_in:  # README, Opt in: the label goes on the pod template
-        docs[0]["spec"]["tasks"][0]["template"].setdefault("metadata", {})["labels"] = {
-            "hostnet-rdma.io/inject": "enabled"}  # fmt: skip
+def seed_volcano_c10d(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    """The seed's file as written: opted in or not by its namespace's label alone."""
+    return example("volcano-c10d", namespace, image_ref(cluster, "train"), torch_sites(), SEED)
+
+
+def plain_torchrun(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A seed job file with its rendezvous shell replaced by plain torchrun, nothing else changed
+    (what a user moving to the webhook does): `torchrun --nproc-per-node=N /scripts/train.py`."""
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            for c in x.get("containers") or []:
+                if any("torchrun" in a for a in c.get("args") or []):
+                    c["args"] = [f"torchrun --nproc-per-node={NPROC} /scripts/train.py\n"]
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(docs)
     return docs
+
+
+def test_seed_job_files_with_plain_torchrun_complete_in_a_labelled_namespace(
+    cluster: Cluster, installed: dict[str, float]
+) -> None:
+    """The field report's volcano-c10d.yaml and pytorchjob-c10d.yaml with their rendezvous shell
+    replaced by plain torchrun and no pod label: the namespace's label is enough (opt-in mode
+    namespace, the default). The webhook derives endpoint, node count, id and the store host."""
+    image, sites = image_ref(cluster, "train"), torch_sites()
+    volcano = plain_torchrun(example("volcano-c10d", ML, image, sites, SEED))
+    assert "labels" not in volcano[0]["spec"]["tasks"][0]["template"].get("metadata", {})
+    found = run_volcano(cluster, volcano, "ddp-volcano-c10d",
+                        "Volcano Job (the seed's volcano-c10d.yaml, plain torchrun, no pod label) to Completed")  # fmt: skip
+    fields = check_one_store_host(found, "volcano", world=2 * NPROC)
+    uid = cluster.kubectl_json("get", "vcjob", "ddp-volcano-c10d", "-n", ML)["metadata"]["uid"]
+    assert all(f["endpoint"] == "ddp-volcano-c10d-worker-0.ddp-volcano-c10d:23456" and f["nnodes"] == "2"
+               and f["rdzv_id"] == uid for f in fields), fields  # fmt: skip
+    cluster.kubectl("delete", "vcjob", "ddp-volcano-c10d", "-n", ML, "--wait=true", "--timeout=60s")
+    pytorchjob = plain_torchrun(example("pytorchjob-c10d", ML, image, sites, SEED))
+    pytorchjob[0]["metadata"]["namespace"] = ML
+    assert "metadata" not in pytorchjob[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    selector = "training.kubeflow.org/job-name=ddp-pytorchjob-c10d"
+    try:
+        found = run_job(cluster, pytorchjob, "pytorchjob", "ddp-pytorchjob-c10d", selector, "Succeeded",
+                        "PyTorchJob (the seed's pytorchjob-c10d.yaml, plain torchrun, no pod label) to Succeeded")  # fmt: skip
+        fields = check_one_store_host(found, "pytorchjob", world=2 * NPROC)
+        host = next(f for f in fields if f["is_host"] == "true")
+        assert host["local_addr"] == "ddp-pytorchjob-c10d-worker-0", fields
+    finally:
+        cluster.kubectl("delete", "pytorchjob", "ddp-pytorchjob-c10d", "-n", ML, "--wait=true", "--timeout=60s",
+                        check=False)  # fmt: skip
 
 
 def test_volcano_seed_job_with_its_own_shell(cluster: Cluster, installed: dict[str, float]) -> None:
     """The field report's volcano-c10d.yaml as written (its hand-written is_host / --local-addr
     shell in `bash -c` args, its own /dev/infiniband and /dev/shm, its NCCL env). Not opted in
     it fails here, bounded: its ranks' gloo pairs connect to 127.0.1.1 (the node name's address;
-    on GPUs NCCL's own interface choice hides this). Opted in (the pod-template label, nothing
-    else) the webhook adds what is missing (GLOO_SOCKET_IFNAME among it), leaves every flag the
+    on GPUs NCCL's own interface choice hides this). In the labelled namespace (nothing else
+    changed) the webhook adds what is missing (GLOO_SOCKET_IFNAME among it), leaves every flag the
     user set, and it completes; worker-0 hosts, by the user's own rule."""
     t0 = time.monotonic()
     follower = LogFollower(cluster, OFF, "volcano.sh/job-name=ddp-volcano-c10d")
     try:
-        launchers.apply_with_retry(cluster, seed_volcano_c10d(cluster, OFF, opted_in=False))
+        launchers.apply_with_retry(cluster, seed_volcano_c10d(cluster, OFF))
         symptom = re.compile(r"Gloo connectFullMesh failed .*remote=\[127\.0\.1\.1\]")
         while time.monotonic() - t0 < 180 and not any(symptom.search(t) for t in follower.logs.values()):
             time.sleep(2)
@@ -647,7 +692,7 @@ def test_volcano_seed_job_with_its_own_shell(cluster: Cluster, installed: dict[s
     TIMINGS["Volcano seed job not opted in: symptom after"] = time.monotonic() - t0
     assert any(symptom.search(t) for t in follower.logs.values()), follower.logs
     assert not any(WRAPPER_LINE.search(t) for t in follower.logs.values()), "an unmutated pod was wrapped"
-    found = run_volcano(cluster, seed_volcano_c10d(cluster, ML, opted_in=True), "ddp-volcano-c10d",
+    found = run_volcano(cluster, seed_volcano_c10d(cluster, ML), "ddp-volcano-c10d",
                         "Volcano Job (the seed's volcano-c10d.yaml, opted in) to Completed")  # fmt: skip
     fields = check_one_store_host(found, "volcano", world=2 * NPROC)
     host = next(f for f in fields if f["is_host"] == "true")
@@ -717,7 +762,7 @@ def test_volcano_plugin_shapes_read_from_source_only_until_now(cluster: Cluster,
 def test_volcano_seed_etcd_job_twice_under_one_name(
     cluster: Cluster, installed: dict[str, float], etcd_v2: str
 ) -> None:
-    """The field report's volcano-etcd.yaml, opted in, against a real etcd with the v2 API
+    """The field report's volcano-etcd.yaml, in the labelled namespace, against a real etcd with the v2 API
     (python-etcd comes with the torch mount: its `pip install` line is the one more test-machine
     change, as the pods reach no package index). Twice under one name: each run its own
     rendezvous id (the user's $JOB_ID, the PodGroup's name), no RendezvousClosedError."""
@@ -733,7 +778,6 @@ def test_volcano_seed_etcd_job_twice_under_one_name(
     for attempt in (1, 2):
         docs = example("volcano-etcd", ML, image_ref(cluster, "train"), torch_sites(), SEED)
         template = docs[0]["spec"]["tasks"][0]["template"]
-        template.setdefault("metadata", {})["labels"] = {"hostnet-rdma.io/inject": "enabled"}
         (c,) = template["spec"]["containers"]
         c["args"] = [re.sub(r"^pip install .*\n", "", c["args"][0], flags=re.M)]
         found = run_volcano(
