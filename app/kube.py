@@ -9,20 +9,23 @@ updates carry resourceVersion, and patching the caBundle with the same CA is ide
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from cryptography import x509
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from app import tls
+from app import events, tls
 from app.core import selection
 
 log = logging.getLogger("hostnet_rdma.certs")
@@ -336,15 +339,44 @@ class Objects:
 
 
 class EventSender:
-    """app.events.Sender over events.k8s.io/v1 (the chart's RBAC: create and patch events)."""
+    """app.events.Sender over events.k8s.io/v1 (the chart's RBAC: create and patch events), and
+    the namespace lookup of the recorder's gate (get namespaces). Every call is bounded in time;
+    an API server that does not answer raises events.Unavailable (the recorder backs off)."""
 
     def __init__(self, api: client.ApiClient, timeout_seconds: float = 5.0) -> None:
         self.events = client.EventsV1Api(api)
+        self.core = client.CoreV1Api(api)
         self.timeout = timeout_seconds
 
     def create(self, namespace: str, body: dict[str, Any]) -> None:
-        self.events.create_namespaced_event(namespace, body, _request_timeout=self.timeout)  # type: ignore[arg-type]
+        with _unavailable():
+            self.events.create_namespaced_event(namespace, body, _request_timeout=self.timeout)  # type: ignore[arg-type]
 
     def patch(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
         # A list body goes as application/json-patch+json.
-        self.events.patch_namespaced_event(name, namespace, ops, _request_timeout=self.timeout)
+        with _unavailable():
+            self.events.patch_namespaced_event(name, namespace, ops, _request_timeout=self.timeout)
+
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        """A namespace's labels; None when it does not exist."""
+        try:
+            with _unavailable():
+                ns = self.core.read_namespace(namespace, _request_timeout=self.timeout)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return dict((ns.metadata.labels if ns.metadata else None) or {})
+
+
+@contextlib.contextmanager
+def _unavailable() -> Iterator[None]:
+    """The API server did not answer (or said it is overloaded or broken): events.Unavailable."""
+    try:
+        yield
+    except ApiException as e:
+        if e.status is not None and (e.status >= 500 or e.status == 429):
+            raise events.Unavailable(f"{e.status} {e.reason}") from None
+        raise
+    except (urllib3.exceptions.HTTPError, OSError) as e:  # timeouts, refused or reset connections
+        raise events.Unavailable(str(e) or type(e).__name__) from None

@@ -190,7 +190,7 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     except (InvalidPod, UnsupportedPod) as e:
         msg = f"pod left unchanged: {e}"
         told = (
-            events.Admission(meta, namespace or params.namespace, "", params.version, False, (), "", (msg,))
+            events.admission(meta, namespace or params.namespace, "", params.version, False, (), "", (msg,))
             if first
             else None
         )
@@ -201,7 +201,7 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     launcher = result.info.launcher if result.info else ""
     told = None
     if first and result.info is not None and (result.changed or result.warnings):
-        told = events.Admission(meta, namespace or params.namespace, launcher, params.version, result.changed,
+        told = events.admission(meta, namespace or params.namespace, launcher, params.version, result.changed,
                                 result.applied, result.profile, result.warnings)  # fmt: skip
     if not result.changed:
         return ReviewResult(

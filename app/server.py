@@ -129,6 +129,11 @@ class Metrics:
                 ("hostnet_rdma_event_api_failures", "Event API calls that failed since start", lambda: recorder.failed),
                 ("hostnet_rdma_events_dropped", "Admissions not turned into Events (queue full) since start",
                  lambda: recorder.dropped),
+                ("hostnet_rdma_events_rate_limited", "Occurrences not sent (rate limits, pending bound) since start",
+                 lambda: recorder.limited),
+                ("hostnet_rdma_events_outside_selectors",
+                 "Admissions for namespaces the webhook's selectors do not admit: no Event (forged reviews)",
+                 lambda: recorder.outside),
             ):  # fmt: skip
                 Gauge(name, text, registry=self.registry).set_function(read)
 

@@ -27,5 +27,7 @@ class ServerSettings(BaseSettings):
     # Events (events.k8s.io/v1) on the job of every opted-in pod, what was injected and each
     # warning (app.events); needs cluster credentials (in a pod: its ServiceAccount's).
     events: bool = True
+    # After the API server fails to answer an Event call, none for 1 s, doubling up to this.
+    events_max_backoff_seconds: float = 60.0
     # Namespace assumed when a review carries none.
     default_namespace: str = "default"

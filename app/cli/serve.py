@@ -77,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         return 2
 
-    recorder = _recorder(args, settings, log)
+    recorder = _recorder(args, settings, log, holder)
     background = Background(cert, holder, certs_keeper, args.cert_check_seconds, recorder)
     app = create_app(settings, holder, cert_expiry=lambda: cert.expiry.timestamp(),
                      cert_refused=lambda: cert.refused, on_startup=background.start, recorder=recorder)  # fmt: skip
@@ -155,15 +155,16 @@ class Background:
             self._events.join(timeout=10)
 
 
-def _recorder(args: argparse.Namespace, settings: ServerSettings, log: logging.Logger) -> Any:
-    """The Events recorder, or None: turned off, or no cluster to send to (a dev server)."""
+def _recorder(args: argparse.Namespace, settings: ServerSettings, log: logging.Logger, holder: ConfigHolder) -> Any:
+    """The Events recorder, or None: turned off, or no cluster to send to (a dev server). Events
+    go only to namespaces the webhook's selectors admit, as the live config says (the gate)."""
     if not settings.events:
         return None
     if not (args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST")):
         log.info("events off: no cluster credentials (in a pod, or --kubeconfig)")
         return None
     from app import kube
-    from app.events import Recorder
+    from app.events import NamespaceGate, Recorder
 
     try:
         sender = kube.EventSender(kube.api_client(args.kubeconfig))
@@ -171,7 +172,8 @@ def _recorder(args: argparse.Namespace, settings: ServerSettings, log: logging.L
         log.warning("events off: cannot load cluster credentials: %s", e)
         return None
     instance = os.environ.get("POD_NAME") or socket.gethostname()
-    return Recorder(sender, instance)
+    gate = NamespaceGate(lambda: holder.config, sender.namespace_labels)
+    return Recorder(sender, instance, gate=gate.admits, max_backoff=settings.events_max_backoff_seconds)
 
 
 def _self_managed(args: argparse.Namespace, settings: ServerSettings) -> Any:

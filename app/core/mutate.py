@@ -253,10 +253,7 @@ def _not_training(pod: Obj, info: LauncherInfo, ann: dict[str, str], rdma_prefix
 
 def _torchrun_env(container: Obj) -> bool:
     """The container sets torchrun's own env (PET_*): its image's entrypoint runs torchrun."""
-    for e in container.get("env") or []:
-        if isinstance(e, dict) and str(e.get("name", "")).startswith("PET_"):
-            return True
-    return False
+    return any(isinstance(e, dict) and str(e.get("name", "")).startswith("PET_") for e in container.get("env") or [])
 
 
 def mutate(pod: Obj, params: Params) -> Result:

@@ -89,3 +89,9 @@ def test_service_account_may_change_only_its_ca_bundle_and_its_secret(
     series = {"count": 2, "lastObservedTime": "2026-12-01T10:00:01.000000Z"}
     assert json_patch(sa, f"{events}/lp.1", [{"op": "add", "path": "/series", "value": series}]).status_code == 200
     assert sa.get(events).status_code == 403 and sa.delete(f"{events}/lp.1").status_code == 403
+    # A namespace's labels are read (Events only where the webhook's selectors admit); namespaces
+    # are not listed, watched or changed.
+    assert sa.get("/api/v1/namespaces/default").status_code == 200
+    assert sa.get("/api/v1/namespaces").status_code == 403
+    assert json_patch(sa, "/api/v1/namespaces/default", [{"op": "add", "path": "/metadata/labels/x", "value": "y"}]
+                      ).status_code == 403  # fmt: skip
