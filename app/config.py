@@ -48,6 +48,15 @@ class _Inject(_Strict):
     wrap: bool = _D.wrap
 
 
+_Quantity = Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$", max_length=32)]
+_ResourceName = Literal["cpu", "memory", "ephemeral-storage"]
+
+
+class _Resources(_Strict):
+    requests: dict[_ResourceName, _Quantity] = {}
+    limits: dict[_ResourceName, _Quantity] = {}
+
+
 class _Wrapper(_Strict):
     gloo_socket_ifname: bool = Field(_D.gloo_socket_ifname, alias="glooSocketIfname")
     nccl_socket_ifname: bool = Field(_D.nccl_socket_ifname, alias="ncclSocketIfname")
@@ -67,6 +76,9 @@ class _Wrapper(_Strict):
         _D.wrapper_image_sub_path, alias="imageSubPath", pattern=r"^([A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*)?$",
         max_length=128,
     )  # fmt: skip
+    # initContainer delivery: the init container's resources; empty: the training container's
+    # cpu/memory/ephemeral-storage (what its namespace's quota and LimitRange accept).
+    init_resources: _Resources = Field(_Resources(), alias="initResources")
 
 
 class _Limits(_Strict):
@@ -112,6 +124,7 @@ def from_dict(data: dict[str, Any] | None) -> InjectConfig:
     # Field names match InjectConfig's; the wrapper's delivery keys carry a prefix there.
     wrapper = {("wrapper_" + k if k in ("delivery", "image", "image_pull_policy", "image_sub_path") else k): v
                for k, v in parsed.wrapper.model_dump().items()}  # fmt: skip
+    wrapper["init_resources"] = {k: v for k, v in parsed.wrapper.init_resources.model_dump().items() if v}
     return InjectConfig(
         **parsed.inject.model_dump(),
         **wrapper,

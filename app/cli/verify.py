@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import add_cluster_args, cluster_namespace
-from app.core import InjectConfig
+from app.core import InjectConfig, UnsupportedPod
 from app.core.mutate import training_containers
 from app.verify import expected_devices, verify
 
@@ -23,7 +23,10 @@ def _training_container(pod: dict[str, Any], wanted: str | None) -> dict[str, An
         if wanted not in containers:
             raise SystemExit(f"hostnet-rdma: error: pod has no container {wanted!r}")
         return containers[wanted]  # type: ignore[no-any-return]
-    return containers[training_containers(pod, InjectConfig())[0]]  # type: ignore[no-any-return]
+    try:
+        return containers[training_containers(pod, InjectConfig())[0]]  # type: ignore[no-any-return]
+    except UnsupportedPod as e:
+        raise SystemExit(f"hostnet-rdma: error: {e}; or pick it with -c") from None
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

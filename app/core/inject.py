@@ -171,6 +171,11 @@ def _human(size: int) -> str:
 
 
 def capabilities(pod: Obj, ctx: Context) -> StepOutcome:
+    # IPC_LOCK: NCCL pins its buffers. SYS_ADMIN only for RDMA devices by hostPath (as the tested
+    # pods have them); a device plugin's devices need no more than IPC_LOCK.
+    wanted = (
+        ("IPC_LOCK",) if _rdma_resource(pod, ctx.params.config.rdma_resource_prefixes) else ("IPC_LOCK", "SYS_ADMIN")
+    )
     skipped: list[str] = []
     for c in _training(pod, ctx):
         sc = child(c, "securityContext")
@@ -178,7 +183,7 @@ def capabilities(pod: Obj, ctx: Context) -> StepOutcome:
         add = child_list(caps, "add")
         dropped = {str(x).upper().removeprefix("CAP_") for x in caps.get("drop") or []}
         present = {str(x).upper().removeprefix("CAP_") for x in add}
-        for cap in ("IPC_LOCK", "SYS_ADMIN"):
+        for cap in wanted:
             if cap in present:
                 continue
             if cap in dropped:

@@ -121,6 +121,41 @@ def _check_shape(pod: Obj) -> None:
             raise UnsupportedPod(f"container {c['name']}: capabilities add/drop are not lists")
 
 
+# The volume names the steps add, and the source each has when it is ours (from an earlier pass).
+_OUR_VOLUMES = {names.VOL_INFINIBAND: ("hostPath",), names.VOL_SHM: ("emptyDir",), names.VOL_BIN: ("emptyDir", "image")}
+
+
+def _check_names(pod: Obj) -> None:
+    """The names the webhook adds must be free, or its own from an earlier pass: a user's volume
+    of that name would be adopted (the wrapper copied into the user's PVC), a user's container
+    of that name duplicated (the API server refuses the pod, whatever failurePolicy says)."""
+    spec = pod["spec"]
+    for key in ("containers", "ephemeralContainers"):
+        for c in spec.get(key) or []:
+            if isinstance(c, dict) and c.get("name") == names.INIT_CONTAINER:
+                raise UnsupportedPod(
+                    f"container name {names.INIT_CONTAINER!r} is hostnet-rdma's (its init container); rename the container"
+                )
+    for c in spec.get("initContainers") or []:
+        if isinstance(c, dict) and c.get("name") == names.INIT_CONTAINER and c.get("command") != wrap.INIT_COMMAND:
+            raise UnsupportedPod(
+                f"init container name {names.INIT_CONTAINER!r} is hostnet-rdma's and this one is not; rename it"
+            )
+    for v in spec.get("volumes") or []:
+        if not isinstance(v, dict) or v.get("name") not in _OUR_VOLUMES:
+            continue
+        name = str(v["name"])
+        sources = [k for k in v if k != "name"]
+        ours = len(sources) == 1 and sources[0] in _OUR_VOLUMES[name]
+        if ours and name == names.VOL_SHM:
+            ours = (v.get("emptyDir") or {}).get("medium") == "Memory"
+        if ours and name == names.VOL_BIN and sources == ["emptyDir"]:
+            ours = v.get("emptyDir") == wrap.BIN_EMPTY_DIR
+        if not ours:
+            raise UnsupportedPod(f"volume name {name!r} is hostnet-rdma's, and the pod has a {'/'.join(sources) or 'volume'} "
+                                 "of its own by that name; rename the volume")  # fmt: skip
+
+
 GPU_RESOURCE_SUFFIXES = ("/gpu",)  # nvidia.com/gpu, amd.com/gpu, ...
 
 
@@ -158,7 +193,13 @@ def _training_containers(
         return chosen
     if info.designated_container in by_name:
         return [by_name[info.designated_container]]
-    return [0]
+    if len(containers) == 1:
+        return [0]
+    # Never a container by its position: the first is often a sidecar (a proxy, a log shipper).
+    raise UnsupportedPod(
+        f"cannot tell which of the containers {', '.join(by_name)} runs training (none runs torchrun in its command "
+        f"or asks for a GPU or RDMA resource); name it in the annotation {names.ANN_CONTAINERS}"
+    )
 
 
 def training_containers(pod: Obj, config: InjectConfig) -> list[str]:
@@ -283,6 +324,7 @@ def mutate(pod: Obj, params: Params) -> Result:
         why = _not_training(pod, info, ann, params.config.rdma_resource_prefixes)
         if why:
             return Result(pod=pod, changed=False, reason=why)
+    _check_names(pod)
     profile, profile_reason = profiles.select(out, params.config, warnings)
     training = _training_containers(out, info, ann, warnings, params.config.rdma_resource_prefixes)
     if len(training) > params.config.max_training_containers:

@@ -99,6 +99,12 @@ class InjectConfig:
     # the wrapper image built from deploy/Dockerfile (--target wrapper: its files at the root,
     # no subPath in any pod), "wrapper" for the webhook's own image.
     wrapper_image_sub_path: str = ""
+    # initContainer delivery: the init container's resources. Empty: those of the first training
+    # container (cpu, memory, ephemeral-storage; never its GPUs), so whatever a namespace's
+    # ResourceQuota and LimitRange accept of the training container they accept of this one,
+    # the pod's effective requests do not grow (the max over init containers, the sum over the
+    # others) and a Guaranteed pod stays Guaranteed. Else {requests: {...}, limits: {...}} as given.
+    init_resources: dict[str, dict[str, str]] = field(default_factory=dict)
     rdma_resource_prefixes: tuple[str, ...] = ("rdma/",)
     # Bounds on one pod's answer: every training container carries the wrapper payload, so a
     # pod with hundreds of them would turn a small request into a huge response.

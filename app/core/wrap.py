@@ -56,6 +56,11 @@ BOOTSTRAP = (
     'exec "$@"\n'
 )
 
+# The emptyDir the wrapper's files go to (initContainer, inline): four small files.
+BIN_EMPTY_DIR = {"sizeLimit": "16Mi"}
+# The init container's command (initContainer delivery): how a second pass knows it is ours.
+INIT_COMMAND = ["cp", "-R", names.IMAGE_WRAPPER_DIR + "/.", names.BIN_DIR]
+
 # With the files from the image (imageVolume, initContainer) the bootstrap is in BIN_DIR
 # before the container starts: its command is this path, the settings, then the original argv.
 BOOTSTRAP_PATH = names.BIN_DIR + "/" + rules.BOOTSTRAP_FILE
@@ -366,35 +371,53 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         if delivery == "imageVolume":
             add_volume(spec, {"name": names.VOL_BIN, "image": {"reference": image, "pullPolicy": pull}})
         else:
-            add_volume(spec, {"name": names.VOL_BIN, "emptyDir": {"sizeLimit": "16Mi"}})
+            add_volume(spec, {"name": names.VOL_BIN, "emptyDir": dict(BIN_EMPTY_DIR)})
         if delivery == "initContainer":
-            _add_init_container(spec, image, pull)
+            _add_init_container(spec, image, pull, _init_resources(containers[ctx.training[0]], cfg.init_resources))
     return None
 
 
-def _add_init_container(spec: Obj, image: str, pull_policy: str) -> None:
+# What the init container mirrors of the training container's resources: never its GPUs or RDMA
+# devices (a device plugin would hand them to the init container first).
+_MIRRORED = ("cpu", "memory", "ephemeral-storage")
+
+
+def _init_resources(training: Obj, configured: dict[str, dict[str, str]]) -> Obj:
+    """The init container's resources: as configured, else the training container's own (see
+    InjectConfig.init_resources: accepted wherever the training container is, adding nothing
+    to the pod's effective requests)."""
+    if configured:
+        return {kind: dict(values) for kind, values in configured.items() if values}
+    own = training.get("resources") if isinstance(training.get("resources"), dict) else {}
+    out: Obj = {}
+    for kind in ("requests", "limits"):
+        values = own.get(kind) if isinstance(own.get(kind), dict) else {}
+        picked = {k: values[k] for k in _MIRRORED if k in values}
+        if picked:
+            out[kind] = picked
+    return out
+
+
+def _add_init_container(spec: Obj, image: str, pull_policy: str, resources: Obj) -> None:
     """The init container that copies the wrapper from the webhook's image into the emptyDir.
     Last among init containers: it needs nothing from the others, and a native sidecar the
     user puts first keeps its place."""
     inits = child_list(spec, "initContainers")
     if find_named(inits, names.INIT_CONTAINER) is not None:
         return
-    inits.append(
-        {
-            "name": names.INIT_CONTAINER,
-            "image": image,
-            "imagePullPolicy": pull_policy,
-            # A plain copy: a Python start-up per pod cost more than the copy itself.
-            "command": ["cp", "-R", names.IMAGE_WRAPPER_DIR + "/.", names.BIN_DIR],
-            # Requests so a namespace with a ResourceQuota admits the pod; copying four files
-            # needs little. The pod's effective request is the max over init containers, so
-            # this does not add to what the training containers ask for.
-            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
-            "securityContext": {
-                "allowPrivilegeEscalation": False,
-                "readOnlyRootFilesystem": True,
-                "capabilities": {"drop": ["ALL"]},
-            },
-            "volumeMounts": [{"name": names.VOL_BIN, "mountPath": names.BIN_DIR}],
-        }
-    )
+    container: Obj = {
+        "name": names.INIT_CONTAINER,
+        "image": image,
+        "imagePullPolicy": pull_policy,
+        # A plain copy: a Python start-up per pod cost more than the copy itself.
+        "command": list(INIT_COMMAND),
+    }
+    if resources:
+        container["resources"] = resources
+    container["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    container["volumeMounts"] = [{"name": names.VOL_BIN, "mountPath": names.BIN_DIR}]
+    inits.append(container)

@@ -4,6 +4,7 @@ webhook configuration (installed by helm) pointing at our webhook process."""
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import subprocess
 import sys
@@ -677,3 +678,75 @@ def test_e2e_reports_absent_launchers_and_a_missing_webhook(plane: ControlPlane,
     # Without the webhook (another name than the chart's): the run cannot start, and says why.
     with pytest.raises(E2EError, match="webhook is not installed on this cluster"):
         opt_in_labels(api, "pods.not-installed.example")
+
+
+@local_only
+def test_a_namespace_with_a_resource_quota_and_a_limit_range_accepts_every_delivery(
+    kube: Kube, webhook: Webhook, tmp_path: Path
+) -> None:
+    """ResourceQuota on requests and limits of cpu and memory (every container must state
+    limits), LimitRange with min, max and defaults: what the webhook adds must pass both, or
+    pod creation fails whatever failurePolicy says. Each wrapper delivery, a trainer with the
+    LimitRange's defaults and a Guaranteed one; the init container mirrors the trainer's cpu
+    and memory (the fixed 10m/32Mi init container was refused: below min, no limits.cpu)."""
+    ns = "hr-quota"
+    kube.namespace(ns, {"hostnet-rdma.io/inject": "enabled", "pod-security.kubernetes.io/enforce": "privileged"})
+    hard = {"requests.cpu": "1000", "requests.memory": "10Ti", "limits.cpu": "1000", "limits.memory": "10Ti"}
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "compute", "namespace": ns},
+             "spec": {"hard": hard}}  # fmt: skip
+    r = kube.request("POST", f"/api/v1/namespaces/{ns}/resourcequotas", quota)
+    assert r.status_code in (201, 409), r.text
+    # No controller-manager here: the quota's status, which the quota admission needs, set by hand.
+    stored = kube.ok("GET", f"/api/v1/namespaces/{ns}/resourcequotas/compute")
+    stored["status"] = {"hard": hard, "used": {k: "0" for k in hard}}
+    kube.ok("PUT", f"/api/v1/namespaces/{ns}/resourcequotas/compute/status", stored)
+    limits = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "bounds", "namespace": ns},
+              "spec": {"limits": [{"type": "Container", "min": {"cpu": "100m", "memory": "128Mi"},
+                                   "max": {"cpu": "64", "memory": "1Ti"}, "default": {"cpu": "2", "memory": "4Gi"},
+                                   "defaultRequest": {"cpu": "1", "memory": "2Gi"}}]}}  # fmt: skip
+    r = kube.request("POST", f"/api/v1/namespaces/{ns}/limitranges", limits)
+    assert r.status_code in (201, 409), r.text
+    original = kube.ok("GET", MWC_PATH)
+    base = load(GOLDEN / "generic" / "indexed-job.yaml")
+    trainers = {
+        "defaults": {},  # the LimitRange's defaults, set before our webhook runs
+        "guaranteed": {
+            "resources": {"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"cpu": "8", "memory": "64Gi"}}
+        },
+    }
+    config = tmp_path / "config.yaml"
+    config.write_text("wrapper: {delivery: initContainer, image: registry.example/hostnet-rdma-wrapper:1}\n")
+    hook = start_webhook(tmp_path / "hook", extra=["--config", str(config)])
+    try:
+        set_failure_policy(kube, "Fail", url=hook.url, ca_bundle=hook.ca_bundle)
+        for delivery in ("initContainer", "imageVolume", "inline"):
+            # The webhook reloads its config file on change, as from the chart's ConfigMap.
+            config.write_text(f"wrapper: {{delivery: {delivery}, image: registry.example/hostnet-rdma-wrapper:1}}\n")
+            for variant, extra in trainers.items():
+                pod = copy.deepcopy(base)
+                pod["metadata"].pop("ownerReferences")
+                pod["metadata"]["generateName"] = f"q-{delivery.lower()}-{variant}-"
+                pod["spec"]["containers"][0].update(extra)
+                deadline = time.monotonic() + 30
+                while True:  # until the API server calls the webhook, and the webhook has the new config
+                    r = kube.create_pod(ns, pod)
+                    assert r.status_code == 201, f"{delivery}/{variant}: {r.text}"
+                    got = r.json()
+                    inits = [c for c in got["spec"].get("initContainers", []) if c["name"] == "hostnet-rdma-wrapper"]
+                    (shape,) = [v for v in got["spec"]["volumes"] if v["name"] == "hostnet-rdma"] or [{}]
+                    seen = ("initContainer" if inits else "imageVolume" if "image" in shape
+                            else "inline" if injected(got) else "none")  # fmt: skip
+                    if seen == delivery:
+                        break
+                    assert time.monotonic() < deadline, got["spec"]
+                    time.sleep(0.3)
+                if inits:
+                    trainer = got["spec"]["containers"][0]["resources"]
+                    assert inits[0]["resources"] == {k: {r: v for r, v in trainer[k].items() if r in ("cpu", "memory")}
+                                                     for k in ("requests", "limits")}, (inits, trainer)  # fmt: skip
+    finally:
+        restore_mwc(kube, original)
+        assert hook.proc is not None
+        hook.proc.terminate()
+        hook.proc.wait(timeout=10)
+        wait_for_webhook(kube, ON)

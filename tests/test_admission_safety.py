@@ -1,0 +1,149 @@
+"""Whatever the webhook adds must be accepted by the cluster's own rules, or the pod is left as
+it is with a warning (issue: hardening): a refused patch fails pod creation whatever
+failurePolicy says. The quota and LimitRange cases run against the real API server in the
+apiserver tier; here the core's decisions, table by table."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from app import config, review
+from app.core import Params, UnsupportedPod, mutate
+from app.core.mutate import training_containers
+
+INIT = config.from_dict({"wrapper": {"delivery": "initContainer", "image": "registry.example/hostnet-rdma:1"}})
+
+
+def pod(*containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "ij-0", "namespace": "ns", "labels": {"hostnet-rdma.io/inject": "enabled"}},
+        "spec": {"hostNetwork": True, "hostname": "ij-0", "subdomain": "ij", "containers": list(containers), **spec},
+    }  # fmt: skip
+
+
+def trainer(**extra: Any) -> dict[str, Any]:
+    return {"name": "trainer", "image": "pytorch", "command": ["torchrun", "--nnodes=2", "t.py"], **extra}
+
+
+def init_container(p: dict[str, Any]) -> dict[str, Any]:
+    (c,) = [c for c in p["spec"]["initContainers"] if c["name"] == "hostnet-rdma-wrapper"]
+    return c
+
+
+# ---------------------------------------------------------------- the init container's resources
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        # Guaranteed: mirrored, so it stays Guaranteed and a quota on limits.* accepts it.
+        ({"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
+         {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}}),
+        # What a LimitRange defaulted on the trainer (before our webhook ran) is mirrored too.
+        ({"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "8"}},
+         {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}),
+        # GPUs only (BestEffort for cpu and memory): nothing to mirror, and no GPU on the init container.
+        ({"limits": {"nvidia.com/gpu": "8", "rdma/hca": "1"}}, None),
+        (None, None),
+    ],
+)  # fmt: skip
+def test_the_init_container_mirrors_the_trainers_cpu_and_memory(
+    resources: dict[str, Any] | None, expected: dict[str, Any] | None
+) -> None:
+    c = trainer(**({"resources": resources} if resources else {}))
+    got = init_container(mutate(pod(c), Params(config=INIT, namespace="ns")).pod)
+    assert got.get("resources") == expected
+
+
+def test_init_resources_from_the_config_win() -> None:
+    cfg = config.from_dict({"wrapper": {"delivery": "initContainer", "image": "r/w:1",
+                                        "initResources": {"requests": {"cpu": "50m"}, "limits": {"cpu": "50m", "memory": "64Mi"}}}})  # fmt: skip
+    c = trainer(resources={"limits": {"cpu": "4", "memory": "8Gi"}})
+    got = init_container(mutate(pod(c), Params(config=cfg, namespace="ns")).pod)
+    assert got["resources"] == {"requests": {"cpu": "50m"}, "limits": {"cpu": "50m", "memory": "64Mi"}}
+
+
+def test_init_resources_are_validated() -> None:
+    with pytest.raises(config.ConfigError, match="initResources"):
+        config.from_dict({"wrapper": {"initResources": {"limits": {"cpu": "lots"}}}})
+    with pytest.raises(config.ConfigError, match="initResources"):
+        config.from_dict({"wrapper": {"initResources": {"limits": {"nvidia.com/gpu": "1"}}}})
+
+
+# ---------------------------------------------------------------- names the webhook adds
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda p: p["spec"]["containers"].append({"name": "hostnet-rdma-wrapper", "image": "x"}),
+         "container name 'hostnet-rdma-wrapper' is hostnet-rdma's"),
+        (lambda p: p["spec"].setdefault("initContainers", []).append(
+            {"name": "hostnet-rdma-wrapper", "image": "x", "command": ["sh", "-c", "setup"]}),
+         "init container name 'hostnet-rdma-wrapper' is hostnet-rdma's and this one is not"),
+        (lambda p: p["spec"].setdefault("volumes", []).append(
+            {"name": "hostnet-rdma", "persistentVolumeClaim": {"claimName": "data"}}),
+         "volume name 'hostnet-rdma' is hostnet-rdma's, and the pod has a persistentVolumeClaim"),
+        (lambda p: p["spec"].setdefault("volumes", []).append({"name": "hostnet-rdma", "emptyDir": {}}),
+         "volume name 'hostnet-rdma' is hostnet-rdma's, and the pod has a emptyDir"),
+        (lambda p: p["spec"].setdefault("volumes", []).append({"name": "hostnet-rdma-shm", "emptyDir": {}}),
+         "volume name 'hostnet-rdma-shm' is hostnet-rdma's"),
+        (lambda p: p["spec"].setdefault("volumes", []).append({"name": "hostnet-rdma-ib", "configMap": {"name": "x"}}),
+         "volume name 'hostnet-rdma-ib' is hostnet-rdma's"),
+    ],
+)  # fmt: skip
+def test_a_name_the_webhook_adds_taken_by_the_user_leaves_the_pod_unchanged(change: Any, message: str) -> None:
+    p = pod(trainer())
+    change(p)
+    with pytest.raises(UnsupportedPod, match=message):
+        mutate(p, Params(config=INIT, namespace="ns", wrapper_payload="x"))
+    # Through the review: allowed, unchanged, the warning says why (and the Event says it too).
+    body = review_body(p)
+    result = review.answer(body, Params(config=INIT, namespace="ns", wrapper_payload="x"))
+    assert result.outcome == "unsupported" and message in result.warnings[0]
+    assert b'"patch"' not in result.body
+
+
+def review_body(p: dict[str, Any]) -> bytes:
+    import json
+
+    request = {"uid": "u", "operation": "CREATE", "namespace": "ns", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+               "object": p}  # fmt: skip
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+
+
+@pytest.mark.parametrize("delivery", ["initContainer", "inline", "imageVolume"])
+def test_our_own_names_from_an_earlier_pass_are_ours(delivery: str) -> None:
+    cfg = config.from_dict({"wrapper": {"delivery": delivery, "image": "r/w:1"}})
+    params = Params(config=cfg, namespace="ns", wrapper_payload="x")
+    once = mutate(pod(trainer()), params).pod
+    assert mutate(copy.deepcopy(once), params).pod == once
+
+
+# ---------------------------------------------------------------- which container trains, and what it gets
+
+
+def test_a_sidecar_is_never_chosen_by_its_position() -> None:
+    sidecar = {"name": "envoy", "image": "envoy"}
+    entrypoint = {"name": "trainer", "image": "pytorch"}  # its image's entrypoint runs torchrun
+    p = pod(sidecar, entrypoint)
+    with pytest.raises(UnsupportedPod, match="cannot tell which of the containers envoy, trainer runs training"):
+        mutate(p, Params(namespace="ns", wrapper_payload="x"))
+    p["metadata"]["annotations"] = {"hostnet-rdma.io/containers": "trainer"}
+    result = mutate(p, Params(namespace="ns", wrapper_payload="x"))
+    assert result.training == ["trainer"] and "securityContext" not in result.pod["spec"]["containers"][0]
+    assert training_containers(pod({"name": "only", "image": "i"}), INIT) == ["only"]
+
+
+def test_sys_admin_only_for_devices_by_host_path() -> None:
+    plugin = trainer(resources={"limits": {"rdma/hca_shared_devices_a": "1", "nvidia.com/gpu": "8"}})
+    sc = mutate(pod(plugin), Params(namespace="ns", wrapper_payload="x")).pod["spec"]["containers"][0][
+        "securityContext"
+    ]
+    assert sc == {"capabilities": {"add": ["IPC_LOCK"]}}  # no SYS_ADMIN, no privileged
+    host_path = mutate(pod(trainer()), Params(namespace="ns", wrapper_payload="x")).pod["spec"]["containers"][0]
+    assert host_path["securityContext"]["capabilities"]["add"] == ["IPC_LOCK", "SYS_ADMIN"]
