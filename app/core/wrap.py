@@ -388,10 +388,12 @@ def _init_resources(training: Obj, configured: dict[str, dict[str, str]]) -> Obj
     to the pod's effective requests)."""
     if configured:
         return {kind: dict(values) for kind, values in configured.items() if values}
-    own = training.get("resources") if isinstance(training.get("resources"), dict) else {}
+    raw = training.get("resources")
+    own: Obj = raw if isinstance(raw, dict) else {}
     out: Obj = {}
     for kind in ("requests", "limits"):
-        values = own.get(kind) if isinstance(own.get(kind), dict) else {}
+        found = own.get(kind)
+        values: Obj = found if isinstance(found, dict) else {}
         picked = {k: values[k] for k in _MIRRORED if k in values}
         if picked:
             out[kind] = picked
