@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,15 +63,33 @@ def refusal(e: ApiException) -> str:
 CA_KEY = "ca.key"
 
 
+# Every call to the API server is bounded (connect, read seconds): a black-holed API server must
+# not hang the webhook's start-up, its certificate keeper or a CLI command without a word.
+TIMEOUT = (5.0, 10.0)
+
+
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
     """In-cluster credentials in a pod; otherwise KUBECONFIG / ~/.kube/config (that context,
-    else its current one), as kubectl reads them."""
-    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
+    else its current one), as kubectl reads them. Its calls time out (TIMEOUT) unless a call
+    says otherwise."""
     cfg = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return client.ApiClient(cfg)
+    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    else:
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    cfg.retries = 1  # urllib3's default of 3 makes one unanswered call wait four timeouts
+    api = client.ApiClient(cfg)
+    # The client has no default timeout (None waits forever), and the dynamic client's discovery
+    # takes none: every request goes through this one method, so the default is set here.
+    request: Callable[..., Any] = api.rest_client.request
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("_request_timeout"):
+            kwargs["_request_timeout"] = TIMEOUT
+        return request(*args, **kwargs)
+
+    api.rest_client.request = bounded  # type: ignore[method-assign]
+    return api
 
 
 def context_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:

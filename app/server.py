@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import sys
 import threading
@@ -319,7 +320,12 @@ def create_app(
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        # Ready once certs and config are loaded: both happen before the app is built.
+        # Ready once certs and config are loaded (both before the app is built), and while the
+        # certificate served is valid: the API server refuses an expired one, and with
+        # failurePolicy Ignore pods would pass unplumbed without a word.
+        if cert_expiry is not None and cert_expiry() < time.time():
+            expired = dt.datetime.fromtimestamp(cert_expiry(), dt.UTC).isoformat()
+            return PlainTextResponse(f"serving certificate expired {expired}: not ready", status_code=503)
         return PlainTextResponse("ok")
 
     @app.get("/metrics")

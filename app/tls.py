@@ -206,6 +206,7 @@ class ReloadingCert:
         self.refused = 0
         self.names = names
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._refused: tuple[tuple[bytes, bytes], str] | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Swap certificates on the serving loop's thread, never beside a handshake."""
@@ -238,10 +239,14 @@ class ReloadingCert:
                     raise ValueError(why)
                 self.context.load_cert_chain(str(self.cert_file), str(self.key_file))
             except (ssl.SSLError, OSError, ValueError) as e:
-                log.warning("new certificate in %s not loaded, serving the old one: %s", self.directory, e)
-                self.refused += 1
-                self._fingerprint = current  # report once per new pair, not every poll
+                # Tried again at every poll: a reason can pass (a certificate not valid yet, from
+                # a clock ahead of ours; a CA file written after the pair). Said once per pair and reason.
+                if self._refused != (current, str(e)):
+                    self._refused = (current, str(e))
+                    log.warning("new certificate in %s not loaded, serving the old one: %s", self.directory, e)
+                    self.refused += 1
                 return False
+            self._refused = None
             self._fingerprint = current
             self.expiry = not_after(current[0])
             self.reloads += 1

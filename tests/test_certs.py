@@ -4,7 +4,12 @@ self-managed mode decides to issue a new serving certificate (no API server need
 from __future__ import annotations
 
 import datetime as dt
+import time
+import types
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from app import kube, tls
 
@@ -119,3 +124,75 @@ def test_reload_refuses_a_pair_for_other_names(tmp_path: Path) -> None:
     assert tls.check_pair((tmp_path / tls.CERT_FILE).read_bytes(), tmp_path / tls.CA_FILE, NAMES) == (
         "not valid for svc, svc.ns, svc.ns.svc"
     )
+
+
+def test_a_pair_refused_for_a_passing_reason_is_loaded_once_it_passes(tmp_path: Path, monkeypatch: Any) -> None:
+    """Clock skew beyond the 5-minute backdating: the new pair is "not valid before" for this
+    replica. Refused (once in the log and the count), it is tried again at every poll and served
+    as soon as it is valid; the old code recorded it as seen and never looked at it again."""
+    skew = [dt.timedelta(minutes=10)]
+
+    class Skewed(dt.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return dt.datetime.now(tz) - skew[0]
+
+    ca = tls.make_ca()
+    tls.write_dir(tmp_path, tls.make_serving(ca, ["127.0.0.1"]), ca)
+    cert = tls.ReloadingCert(tmp_path, names=("127.0.0.1",))
+    new = tls.make_serving(ca, ["127.0.0.1"], days=100)  # by a replica whose clock is right
+    monkeypatch.setattr(tls, "dt", types.SimpleNamespace(datetime=Skewed, UTC=dt.UTC, timedelta=dt.timedelta))
+    tls.write_dir(tmp_path, new, ca)
+    assert cert.check() is False and cert.refused == 1
+    assert cert.check() is False and cert.refused == 1  # said once, tried each time
+    skew[0] = dt.timedelta(0)  # the clock caught up
+    assert cert.check() is True and cert.expiry == tls.not_after(new.cert_pem)
+
+
+def test_readiness_fails_while_the_served_certificate_is_expired() -> None:
+    import asyncio
+
+    import httpx
+
+    from app.server import create_app
+    from app.settings import ServerSettings
+
+    async def ready(expiry: float) -> httpx.Response:
+        app = create_app(ServerSettings(config=None), cert_expiry=lambda: expiry)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
+            return await c.get("/readyz")
+
+    ok = asyncio.run(ready(time.time() + 3600))
+    expired = asyncio.run(ready(time.time() - 60))
+    assert ok.status_code == 200
+    assert expired.status_code == 503 and "serving certificate expired" in expired.text
+
+
+def test_every_kubernetes_call_is_bounded_in_time(tmp_path: Path, monkeypatch: Any) -> None:
+    """A black-holed API server (it accepts, never answers): the self-managed certificates'
+    start-up and the CLI's calls give up within the client's timeout instead of hanging."""
+    import json
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: [held.append(listener.accept()[0]) for _ in iter(int, 1)], daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{listener.getsockname()[1]}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}], "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))  # fmt: skip
+    monkeypatch.setattr(kube, "TIMEOUT", (0.5, 0.5))
+    api = kube.api_client(str(kubeconfig))
+    for call in (lambda: kube.read_pod(api, "ns", "p"),
+                 lambda: kube.SelfManagedCerts(api, "hr", "hr-tls", "svc", "hook", tmp_path / "tls").ensure(),
+                 lambda: kube.Objects(api).served("v1", "Pod")):  # fmt: skip
+        t0 = time.monotonic()
+        with pytest.raises(Exception):  # noqa: B017  (urllib3's own: whatever the client raises)
+            call()
+        assert time.monotonic() - t0 < 5, "a call to a black-holed API server must give up"
+    assert held, "the calls reached the black hole"

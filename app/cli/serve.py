@@ -212,6 +212,9 @@ def _self_managed(args: argparse.Namespace, settings: ServerSettings) -> Any:
     except (OSError, RuntimeError, ConfigError) as e:
         print(f"hostnet-rdma: error: self-managed certificates: {e}", file=sys.stderr)
         return 1
+    except Exception as e:  # the API server did not answer within kube.TIMEOUT (urllib3's errors)
+        print(f"hostnet-rdma: error: self-managed certificates: the API server did not answer: {e}", file=sys.stderr)
+        return 1
     return certs
 
 
