@@ -147,3 +147,66 @@ def test_sys_admin_only_for_devices_by_host_path() -> None:
     assert sc == {"capabilities": {"add": ["IPC_LOCK"]}}  # no SYS_ADMIN, no privileged
     host_path = mutate(pod(trainer()), Params(namespace="ns", wrapper_payload="x")).pod["spec"]["containers"][0]
     assert host_path["securityContext"]["capabilities"]["add"] == ["IPC_LOCK", "SYS_ADMIN"]
+
+
+# ---------------------------------------------------------------- review cost
+
+
+def script_pod(size: int) -> dict[str, Any]:
+    line = "echo 'setup step with $VAR and \"quotes\" (x)' && "
+    script = (line * (size // len(line) + 1))[:size] + " torchrun --nnodes=2 t.py"
+    return pod({"name": "trainer", "image": "pytorch", "command": ["bash", "-c", script]})
+
+
+def test_a_large_script_is_not_analysed_and_the_review_stays_cheap() -> None:
+    """A tenant's 1 MiB `bash -c` script: not split into words at admission (bounded by
+    MAX_ANALYSED_SCRIPT), handled as a command whose torchrun arguments are known at run time
+    only, with a warning; reviewed in about the time of a normal review, not ~0.5 s."""
+    import json
+    import time
+
+    from app.core import wrap
+    from app.wrapper import payload
+
+    params = Params(namespace="ns", wrapper_payload=payload(), version="t")
+
+    def body(p: dict[str, Any]) -> bytes:
+        request = {"uid": "u", "operation": "CREATE", "namespace": "ns", "object": p}
+        return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+
+    def cost(b: bytes) -> float:
+        review.answer(b, params)
+        t0 = time.perf_counter()
+        for _ in range(5):
+            review.answer(b, params)
+        return (time.perf_counter() - t0) / 5
+
+    normal, big = body(script_pod(200)), body(script_pod(1 << 20))
+    warnings = mutate(script_pod(1 << 20), params).warnings
+    assert any(f"over the {wrap.MAX_ANALYSED_SCRIPT} analysed at admission" in w for w in warnings), warnings
+    # Its patch would carry the script again (the wrapped command): over maxPatchBytes, so the
+    # pod goes through unchanged, as the rules say for any pod that large.
+    result = review.answer(big, params)
+    assert result.outcome == "unsupported" and "maxPatchBytes" in result.warnings[0], result.warnings
+    small_cost, big_cost = cost(normal), cost(big)
+    print(f"\nreview: normal {small_cost * 1e3:.2f} ms, 1 MiB script {big_cost * 1e3:.2f} ms")
+    assert big_cost < max(20 * small_cost, 0.02), (small_cost, big_cost)
+    # Under the bound, analysed as before: its endpoint is checked at admission.
+    assert not any("analysed at admission" in w for w in mutate(script_pod(60_000), params).warnings)
+
+
+OLD_TORCHRUN = __import__("re").compile(r"(^|[\s/;&|(`\"'])torchrun($|[\s;&|)`\"'])")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["torchrun", "t.py"], ["/usr/bin/torchrun"], ["bash", "-c", "cd x && torchrun t.py"], ["sh", "-c", "(torchrun)"],
+     ["mytorchrun", "t.py"], ["torchrunner"], ["bash", "-c", "echo torchrun_x"], ["python", "-m", "torch.distributed.run"],
+     ["python", "-m", "torch.distributed.launcher"], ["bash", "-c", "'torchrun' a; x\ttorchrun\n"], ["torch"], []],
+)  # fmt: skip
+def test_torchrun_detection_by_substring_agrees_with_the_word_pattern(command: list[str]) -> None:
+    from app.core import wrap
+
+    argv = " ".join(command)
+    want = bool(OLD_TORCHRUN.search(argv) or wrap._MODULE_RUN.search(argv))
+    assert wrap.runs_torch_distributed({"name": "c", "command": command}) == want
