@@ -142,7 +142,9 @@ def _tokens(argv: list[str]) -> list[str]:
     """The container's command as words, a `sh -c STRING` split as the shell would (best effort)."""
     if len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in _SHELLS and argv[1].startswith("-") and "c" in argv[1]:
         if len(argv[2]) > MAX_ANALYSED_SCRIPT:
-            raise ScriptTooLarge(f"its script is {len(argv[2])} bytes, over the {MAX_ANALYSED_SCRIPT} analysed at admission")
+            raise ScriptTooLarge(
+                f"its script is {len(argv[2])} bytes, over the {MAX_ANALYSED_SCRIPT} analysed at admission"
+            )
         return shwords.split(argv[2])
     return argv
 

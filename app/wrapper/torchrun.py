@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -120,13 +122,35 @@ def interface_for(name: str, addresses: Optional[Dict[str, List[str]]] = None) -
     return None, f"no interface carries {', '.join(ips)} (the address of {name})"
 
 
+def resolve_interruptibly(name: str) -> List[str]:
+    """resolve() in a helper thread: a lookup can block in the C resolver for its whole timeout
+    (seconds per server), and no Python signal handler runs until it returns. The main thread
+    waits on a join, which a signal interrupts, so SIGTERM is handled within a second."""
+    found: List[List[str]] = []
+    failed: List[OSError] = []
+
+    def lookup() -> None:
+        try:
+            found.append(resolve(name))
+        except OSError as e:
+            failed.append(e)
+
+    t = threading.Thread(target=lookup, name="hostnet-rdma-resolve", daemon=True)
+    t.start()
+    while t.is_alive():
+        t.join(0.2)
+    if failed:
+        raise failed[0]
+    return found[0] if found else []
+
+
 def wait_resolvable(name: str, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     delay = 0.5
     last = ""
     while True:
         try:
-            resolve(name)
+            resolve_interruptibly(name)
             return
         except OSError as e:
             last = str(e)
@@ -415,8 +439,26 @@ def _dry_run(new_args: List[str], plan: rules.Plan, env: Mapping[str, str]) -> N
     sys.stdout.flush()
 
 
+def stop_on_sigterm(env: Mapping[str, str]) -> object:
+    """Until torchrun starts, SIGTERM ends the wrapper at once (exit 143), saying so in the log
+    and the termination message. As PID 1 of the container (command: [torchrun, ...] is exec'd
+    all the way down) a process without a handler never receives SIGTERM (the kernel drops it
+    for a PID namespace's init), and the pod would sit out its grace period in the DNS wait.
+    Returns the handler it replaced (the start-up hook gives it back to torchrun)."""
+
+    def stop(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        message = f"stopped by {name} before torchrun started (the pod was deleted or restarted)"
+        log(message)
+        termination_message(f"{PREFIX}: {message}", env)
+        os._exit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
 def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
     """The PATH shim's entry: decide, check, then exec the real torchrun."""
+    stop_on_sigterm(os.environ if env is None else env)
     env = settings(os.environ if env is None else env)
     dry = truthy(env.get(rules.ENV_DRY_RUN))
     new_args, plan = plan_for(args, env, here(env, wait=not dry))
@@ -444,6 +486,7 @@ def intercept(argv: List[str]) -> None:
     """The start-up hook's entry, inside a torchrun process however it was started (absolute
     path, another PATH, a login shell, `python -m torch.distributed.run`): rewrite its argv in
     place before torchrun parses it. Exits the process on a preflight failure or a dry run."""
+    previous = stop_on_sigterm(os.environ)
     env = settings(os.environ)
     dry = truthy(env.get(rules.ENV_DRY_RUN))
     new_args, plan = plan_for(argv[1:], env, here(env, wait=not dry))
@@ -460,6 +503,8 @@ def intercept(argv: List[str]) -> None:
     os.environ.update(extra_env)
     os.environ[rules.ENV_HANDLED] = str(os.getpid())
     argv[1:] = new_args
+    if previous is not None:  # None: set outside Python, and cannot be given back
+        signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]  # torchrun's own from here
 
 
 if __name__ == "__main__":
