@@ -39,7 +39,11 @@ _D = InjectConfig()
 class _Inject(_Strict):
     dns: bool = _D.dns
     infiniband: bool = _D.infiniband
-    infiniband_path: str = Field(_D.infiniband_path, alias="infinibandPath")
+    # A device directory: whoever edits the config must not be able to mount the node's root
+    # (or any other host path) into every privileged training container.
+    infiniband_path: str = Field(
+        _D.infiniband_path, alias="infinibandPath", pattern=r"^/dev(/[A-Za-z0-9_][A-Za-z0-9._-]*)+$", max_length=256
+    )
     shm: bool = _D.shm
     shm_size: str = Field(_D.shm_size, alias="shmSize", pattern=quantity.PATTERN.pattern)
     capabilities: bool = _D.capabilities

@@ -210,3 +210,12 @@ def test_torchrun_detection_by_substring_agrees_with_the_word_pattern(command: l
     argv = " ".join(command)
     want = bool(OLD_TORCHRUN.search(argv) or wrap._MODULE_RUN.search(argv))
     assert wrap.runs_torch_distributed({"name": "c", "command": command}) == want
+
+
+@pytest.mark.parametrize("path", ["/", "/etc", "/dev", "/dev/../etc", "/var/run/docker.sock", "dev/infiniband"])
+def test_infiniband_path_must_be_a_device_directory(path: str) -> None:
+    """Whoever edits the config must not mount the node's root (or any host path) into every
+    privileged training container through the infiniband step."""
+    with pytest.raises(config.ConfigError, match="infinibandPath"):
+        config.from_dict({"inject": {"infinibandPath": path}})
+    assert config.from_dict({"inject": {"infinibandPath": "/dev/infiniband"}}).infiniband_path == "/dev/infiniband"

@@ -95,17 +95,20 @@ def test_hardened_deployment_and_least_privilege_rbac() -> None:
     assert dep["spec"]["replicas"] >= 2
     rules = [r for d in rendered if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
     events = {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+    # An Event only where the webhook's selectors admit: a namespace's labels are read (get, not
+    # list or watch; namespaces cannot be named in advance).
+    namespaces = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}
     for r in rules:
         assert "*" not in r["verbs"] and "*" not in r["resources"]
-        if r["verbs"] != ["create"] and r != events:  # Events are named by the webhook itself
+        if r["verbs"] != ["create"] and r not in (events, namespaces):  # Events are named by the webhook itself
             assert r.get("resourceNames"), r
-    assert events in rules
+    assert events in rules and namespaces in rules
     # No RBAC for the webhook when it does not manage certificates but the Events rule, none
     # at all with events off; `helm test` reads only the caBundle of its one configuration.
     rbac = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
     test_hook = [d for d in docs("provided") if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"]
     ours = [d for d in docs("provided") if d["kind"] in rbac and d not in test_hook]
-    assert [r for d in ours if d["kind"] == "ClusterRole" for r in d["rules"]] == [events]
+    assert [r for d in ours if d["kind"] == "ClusterRole" for r in d["rules"]] == [events, namespaces]
     assert {d["metadata"]["name"] for d in ours} == {"hostnet-rdma-events"}
     (test_role,) = [d for d in test_hook if d["kind"] == "ClusterRole"]
     assert test_role["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
@@ -178,12 +181,24 @@ def test_the_webhooks_selection_is_what_the_config_says(opt_in: str) -> None:
         (["--set", "certs.mode=magic"], "at '/certs/mode'"),
         (["--set", "config.profiles.x.env.LD_PRELOAD=/evil.so"], "LD_PRELOAD"),
         (["--set", "config.inject.shmSize=lots"], "at '/config/inject/shmSize'"),
+        (["--set", "config.inject.infinibandPath=/"], "at '/config/inject/infinibandPath'"),
         (["--set", "certs.mode=provided"], "certs.provided.secretName is required when certs.mode=provided"),
         (["--set", "networkPolicy.enabled=true"], "networkPolicy.enabled needs networkPolicy.apiServerCIDRs"),
         (["--set", "networkPolicy.apiServerCIDRs={everywhere}"], "at '/networkPolicy/apiServerCIDRs/0'"),
         (["--set", "config.wrapper.delivery=sidecar"], "at '/config/wrapper/delivery'"),
     ],
-    ids=["typo", "type", "enum", "env-key", "quantity", "required", "netpol-cidrs", "netpol-cidr", "delivery"],
+    ids=[
+        "typo",
+        "type",
+        "enum",
+        "env-key",
+        "quantity",
+        "infiniband-path",
+        "required",
+        "netpol-cidrs",
+        "netpol-cidr",
+        "delivery",
+    ],
 )
 def test_bad_values_fail_with_a_readable_error(args: list[str], message: str) -> None:
     p = template(*args)

@@ -30,7 +30,7 @@ def json_patch(client: httpx.Client, path: str, ops: list[dict[str, Any]]) -> ht
 
 def secret(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": RELEASE_NS},
-            "type": "Opaque", "data": {}}  # fmt: skip
+            "type": "kubernetes.io/tls", "data": {"tls.crt": "eA==", "tls.key": "eA=="}}  # fmt: skip
 
 
 @local_only
@@ -71,6 +71,13 @@ def test_service_account_may_change_only_its_ca_bundle_and_its_secret(
     r = json_patch(sa, MWC, [{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": bundle}])
     assert r.status_code == 200, r.text
     tls_secret = f"{RELEASE}-tls"
+    # Its own Secret's name, but another type: a service-account-token Secret would have the
+    # token controller mint a token for the account it names.
+    token_secret = {**secret(tls_secret), "type": "kubernetes.io/service-account-token",
+                    "metadata": {"name": tls_secret, "namespace": RELEASE_NS,
+                                 "annotations": {"kubernetes.io/service-account.name": "default"}}}  # fmt: skip
+    r = sa.post(f"/api/v1/namespaces/{RELEASE_NS}/secrets", json=token_secret)
+    assert r.status_code in (403, 422) and "as type kubernetes.io/tls" in r.text, r.text
     r = sa.post(f"/api/v1/namespaces/{RELEASE_NS}/secrets", json=secret(tls_secret))
     assert r.status_code in (201, 409), r.text
     if r.status_code == 201:

@@ -565,6 +565,12 @@ wait
     def node_dir(self, node: str) -> Path:
         return self.workdir / node
 
+    @property
+    def infiniband(self) -> Path:
+        """The nodes' stand-in for /dev/infiniband (config.inject.infinibandPath must be under
+        /dev): a directory of this run's, in the host's /dev the nodes share; removed at teardown."""
+        return infiniband_dir(self.state.tag)
+
     def _import_images(self) -> None:
         t0 = time.monotonic()
         procs = []
@@ -648,6 +654,10 @@ def _netns_pids(ns: str) -> list[int]:
     return [int(x) for x in p.stdout.split()] if p.returncode == 0 else []
 
 
+def infiniband_dir(tag: str) -> Path:
+    return Path("/dev") / f"hrc{tag}-infiniband"
+
+
 def teardown(st: State) -> None:
     """Remove everything `st` records, in dependency order. Safe to run twice."""
     t0 = time.monotonic()
@@ -680,6 +690,8 @@ def teardown(st: State) -> None:
         for m in ours:
             if sh("umount", m, check=False).returncode != 0:
                 sh("umount", "-l", m, check=False)
+    with contextlib.suppress(OSError):
+        infiniband_dir(st.tag).rmdir()
     for route in st.routes:
         sh("ip", "route", "del", *route.split(), check=False)
     for ns in st.netns:

@@ -25,10 +25,10 @@ def image_ref(c: Cluster, name: str) -> str:
 
 def install(c: Cluster, *sets: str) -> subprocess.CompletedProcess[str]:
     """`helm install` with default values except the images (the webhook's and the wrapper's),
-    their pull policy and the infiniband hostPath (a test folder here), plus `sets` (KEY=VALUE); waits for the
+    their pull policy and the infiniband hostPath (a directory of the run's under /dev), plus `sets` (KEY=VALUE); waits for the
     Deployment. When the release exists (a kept cluster, HOSTNET_RDMA_CLUSTER, or a second
     call), an upgrade."""
-    infiniband = c.workdir / "infiniband"
+    infiniband = c.infiniband
     infiniband.mkdir(exist_ok=True)
     repo, tag = image_ref(c, "webhook").rsplit(":", 1)
     wrepo, wtag = image_ref(c, "wrapper").rsplit(":", 1)
