@@ -52,6 +52,7 @@ JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), reason)
     for pattern, reason in (
+        (r"the command sets (--local-addr|is_host)|--local-addr .* replaced", "LeftoverFlag"),
         (r"--nnodes not given", "NodeCountUnknown"),
         (r"is loopback, but the job runs on several nodes", "LoopbackEndpoint"),
         (r"names no pod|does not resolve on this node", "EndpointNamesNoPod"),

@@ -278,8 +278,9 @@ def test_admission_fallback_reaches_the_wrappers_decision(pet: dict[str, str]) -
         # The wrapper would refuse (no node count for a job of several pods); the uncaught
         # torchrun cannot be stopped: the pod's status annotation and a warning say so.
         status = mutate(_pod(env, None), PARAMS).pod["metadata"]["annotations"]["hostnet-rdma.io/injected"]
-        assert "--nnodes not given" in status, status
-        fields.remove("nnodes")
+        assert "cannot refuse: " + by_wrapper.fatal.split(":")[0] in status, status
+        if "--nnodes not given" in by_wrapper.fatal:
+            fields.remove("nnodes")
     if by_wrapper.endpoint_problem and by_wrapper.is_host is None:
         fields.remove("is_host")  # decided in the pod by its node's addresses: nothing to set
     for field in fields:
@@ -459,3 +460,87 @@ def test_a_pod_wrapped_by_a_version_without_settings_is_wrapped_again_whole() ->
     inline = mutate(_pod([], ["torchrun", "t.py"]), PARAMS).pod["spec"]["containers"][0]["command"]
     legacy = _pod([], ["/bin/sh", "-c", BOOTSTRAP, "hostnet-rdma-bootstrap", "payload", "torchrun", "t.py"])
     assert mutate(legacy, PARAMS).pod["spec"]["containers"][0]["command"] == inline
+
+
+# ---------------------------------------------------------------- flags left from hand-written shell
+
+NODE1 = {"node-1": ["127.0.1.1"], "j-worker-1.j": ["192.0.2.11"], "node-0": [], "j-worker-0.j": ["192.0.2.10"]}
+
+
+@pytest.mark.parametrize(
+    ("local_addr", "why"),
+    [
+        ("node-1", "is this node's host name"),  # --local-addr=$(hostname), $HOSTNAME
+        ("127.0.1.1", "is loopback"),  # --local-addr=$(hostname -i) where the name maps to 127.0.1.1
+        ("localhost", "is loopback"),
+        ("192.0.2.10", "is not an address of this node"),  # node 0's IP, written into every pod
+        ("node-0", "does not resolve on this node"),
+    ],
+)
+def test_a_local_addr_other_nodes_cannot_reach_is_replaced_by_the_pods_dns_name(local_addr: str, why: str) -> None:
+    args, plan = rules.merge([f"--local-addr={local_addr}", "--nnodes=2", "t.py"], VOLCANO_W1, _here(names=NODE1))
+    assert plan.local_addr == "j-worker-1.j" and "--local-addr=j-worker-1.j" in args and not plan.fatal
+    assert any(n.startswith(f"--local-addr {local_addr} replaced by j-worker-1.j: it {why}") for n in plan.notes), (
+        plan.notes
+    )
+    # Pinned by the annotation: refused in seconds with the same cause instead.
+    _, plan = rules.merge([f"--local-addr={local_addr}", "--nnodes=2", "t.py"],
+                          {**VOLCANO_W1, rules.ENV_KEEP_LOCAL_ADDR: "1"}, _here(names=NODE1))  # fmt: skip
+    assert (
+        plan.fatal.startswith(f"--local-addr {local_addr} {why}")
+        and "the other nodes could not reach this one" in plan.fatal
+    )
+
+
+@pytest.mark.parametrize("local_addr", ["j-worker-1.j", "j-worker-1.j.ns.svc.cluster.local", "192.0.2.11"])
+def test_a_local_addr_that_works_is_kept(local_addr: str) -> None:
+    args, plan = rules.merge([f"--local-addr={local_addr}", "--nnodes=2", "t.py"], VOLCANO_W1, _here(names=NODE1))
+    assert plan.local_addr == local_addr and f"--local-addr={local_addr}" in args
+    assert not plan.fatal and not any("replaced" in n for n in plan.notes)
+
+
+def test_a_one_node_job_keeps_a_loopback_local_addr() -> None:
+    _, plan = rules.merge(["--local-addr=localhost", "--nnodes=1", "t.py"], VOLCANO_W1, _here(names=NODE1))
+    assert plan.local_addr == "localhost" and not plan.fatal
+
+
+def test_is_host_true_everywhere_is_refused_where_the_endpoint_names_another_pod() -> None:
+    conf = "--rdzv-conf=is_host=true"
+    _, plan = rules.merge([conf, "--nnodes=2", "t.py"], VOLCANO_W1, _here(names=NODE1))  # worker-1; endpoint worker-0
+    assert plan.fatal.startswith("is_host=true, but the rendezvous endpoint j-worker-0.j names another pod of this job")
+    worker0 = {
+        **VOLCANO_W1,
+        rules.ENV_LOCAL_ADDR: "j-worker-0.j",
+        rules.ENV_IDENTITIES: "j-worker-0.j.ns.svc.cluster.local",
+    }
+    _, plan = rules.merge([conf, "--nnodes=2", "t.py"], worker0, _here(names=NODE1))
+    assert not plan.fatal and plan.is_host == "true"
+    # An IP endpoint: the node that carries it may host, another node may not.
+    _, plan = rules.merge([conf, "--rdzv-endpoint=192.0.2.10:1", "--nnodes=2", "t.py"], VOLCANO_W1, _here(names=NODE1))
+    assert plan.fatal.startswith("is_host=true, but the rendezvous endpoint 192.0.2.10 is not this node")
+
+
+def test_is_host_false_on_the_pod_the_endpoint_names_is_refused() -> None:
+    worker0 = {
+        **VOLCANO_W1,
+        rules.ENV_LOCAL_ADDR: "j-worker-0.j",
+        rules.ENV_IDENTITIES: "j-worker-0.j.ns.svc.cluster.local",
+    }
+    _, plan = rules.merge(["--rdzv-conf=is_host=false", "--nnodes=2", "t.py"], worker0, _here(names=NODE1))
+    assert plan.fatal.startswith("is_host=false, but the rendezvous endpoint j-worker-0.j is this pod's own DNS name")
+    _, plan = rules.merge(["--rdzv-conf=is_host=false", "--nnodes=2", "t.py"], VOLCANO_W1, _here(names=NODE1))
+    assert not plan.fatal  # worker-1: false is right
+
+
+@pytest.mark.parametrize(("rank", "refused"), [("1", True), ("0", False)])
+def test_static_master_addr_of_the_nodes_own_name(rank: str, refused: bool) -> None:
+    env = {rules.ENV_LAUNCHER: "trainjob", rules.ENV_LOCAL_ADDR: "tj-node-0-1.tj"}
+    argv = ["--master-addr=node-1", "--master-port=29500", "--nnodes=2", f"--node-rank={rank}", "t.py"]
+    _, plan = rules.merge(argv, env, _here(names=NODE1))
+    assert plan.backend == "static"
+    if refused:
+        assert plan.fatal.startswith(
+            "--master-addr node-1 is this node itself (its host name or loopback), but this is node rank 1"
+        )
+    else:
+        assert not plan.fatal and any("this node's own name" in n for n in plan.notes)

@@ -29,6 +29,9 @@ ANN_NCCL_IFNAME = f"{DOMAIN}/nccl-socket-ifname"
 ANN_FABRIC_PREFLIGHT = f"{DOMAIN}/fabric-preflight"
 # The job's node count when torchrun is not told and the launcher does not imply it (`2`, `1:4`).
 ANN_NNODES = rules.ANN_NNODES
+# `keep`: a --local-addr of the user's that other nodes could not reach is refused at start,
+# not replaced by the pod's DNS name.
+ANN_LOCAL_ADDR = rules.ANN_LOCAL_ADDR
 
 # Volumes we add. The prefix lets a second pass recognise its own work.
 VOL_INFINIBAND = "hostnet-rdma-ib"
@@ -66,6 +69,7 @@ ENV_DRY_RUN = rules.ENV_DRY_RUN
 ENV_FABRIC_PREFLIGHT = rules.ENV_FABRIC_PREFLIGHT
 ENV_POD = rules.ENV_POD
 ENV_TERMINATION_LOG = rules.ENV_TERMINATION_LOG
+ENV_KEEP_LOCAL_ADDR = rules.ENV_KEEP_LOCAL_ADDR
 FABRIC_PREFLIGHT_MODES = ("warn", "strict", "off")
 
 # Marker argv[0] of the bootstrap shell, so a second pass sees the container is wrapped.

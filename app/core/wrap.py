@@ -213,6 +213,7 @@ def _endpoint_check(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
     except ScriptTooLarge as e:
         ctx.warn(f"{c.get('name')}: {e}: its torchrun arguments are checked by the wrapper at run time only")
         args = None
+    _leftover_flags(c, ctx, owned)
     env = {**_literal_env(c), **owned}
     try:
         _, plan = rules.merge(["<script>"] if args is None else args, env)
@@ -222,6 +223,35 @@ def _endpoint_check(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
         ctx.warn(f"{c.get('name')}: {plan.endpoint_problem}")
     if plan.fatal and args is not None:
         ctx.problem(f"{c.get('name')}: wrapper will refuse: {plan.fatal}")
+
+
+_LOCAL_ADDR_FLAG = re.compile(r"--local[-_]addr(?:=|\s+)(\S+)")
+_IS_HOST_FLAG = re.compile(r"--rdzv[-_]conf(?:=|\s+)\S*is_host")
+
+
+def _leftover_flags(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
+    """Flags left from hand-written rendezvous shell, which the webhook now sets: say so at
+    admission (and in the Event); the wrapper checks them at start. Read from the command's
+    text (`$(...)` and line continuations of a script included), bounded in size."""
+    text = " ".join(original_argv(c))
+    if len(text) > MAX_ANALYSED_SCRIPT:
+        return
+    own = owned.get(names.ENV_LOCAL_ADDR, "")
+    identities = rules.expand_identities(owned.get(names.ENV_IDENTITIES, "") or own)
+    m = _LOCAL_ADDR_FLAG.search(text)
+    local = m.group(1).strip("'\"") if m else None
+    if local is not None and own and local.lower().rstrip(".") not in identities:
+        ctx.warn(
+            f"{c.get('name')}: the command sets --local-addr={local} itself (rendezvous shell the webhook replaces): "
+            f"at start the wrapper keeps it only where the other nodes can reach this one at it, and otherwise uses "
+            f"{own} (annotate {names.ANN_LOCAL_ADDR}: keep to refuse instead); remove it"
+        )
+    if own and _IS_HOST_FLAG.search(text):
+        ctx.warn(
+            f"{c.get('name')}: the command sets is_host itself in --rdzv-conf: the wrapper refuses in seconds where it "
+            "cannot work (true on a pod the endpoint does not name, false on the one it names); leave it out, the "
+            "webhook sets it on each pod"
+        )
 
 
 def _pet_fallback(c: Obj, env: Env, ctx: Context, owned: dict[str, str]) -> None:
@@ -275,6 +305,16 @@ def _fabric_mode(ctx: Context) -> str:
         f"using {ctx.params.config.fabric_preflight}"
     )
     return ctx.params.config.fabric_preflight
+
+
+def _keep_local_addr(ctx: Context) -> bool:
+    raw = ctx.annotations.get(names.ANN_LOCAL_ADDR)
+    if raw is None:
+        return False
+    if raw.strip().lower() == "keep":
+        return True
+    ctx.warn(f"annotation {names.ANN_LOCAL_ADDR}={raw!r} is not `keep`; ignored")
+    return False
 
 
 _NODE_COUNT = re.compile(r"[0-9]+(:[0-9]+)?")
@@ -331,6 +371,7 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         names.ENV_DNS_TIMEOUT: str(cfg.dns_timeout_seconds),
         names.ENV_MIN_TORCH: cfg.min_torch,
         names.ENV_FABRIC_PREFLIGHT: _fabric_mode(ctx),
+        names.ENV_KEEP_LOCAL_ADDR: "1" if _keep_local_addr(ctx) else "",
     }
     # What goes into the pod: not the wrapper's own defaults, nor what it derives from the rest
     # (rules.implied; the pod's DNS zone when its resolver will have one): every byte is in

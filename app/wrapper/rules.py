@@ -53,6 +53,9 @@ ENV_SYSFS_ROOT = "HOSTNET_RDMA_SYSFS_ROOT"
 # Where the wrapper writes why it refused to start (the container's terminationMessagePath,
 # set by the webhook only when the container names another path than /dev/termination-log).
 ENV_TERMINATION_LOG = "HOSTNET_RDMA_TERMINATION_LOG"
+# "1": a --local-addr of the user's that other nodes could not reach is refused, not replaced
+# (the pod annotation hostnet-rdma.io/local-addr: keep).
+ENV_KEEP_LOCAL_ADDR = "HOSTNET_RDMA_KEEP_LOCAL_ADDR"
 TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
 # Set by the wrapper on the process it execs, so the start-up hook does not handle it twice.
 ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
@@ -63,7 +66,7 @@ ENV_POD = "HOSTNET_RDMA_POD"
 PACKED = (
     ENV_LAUNCHER, ENV_LOCAL_ADDR, ENV_IDENTITIES, ENV_PEERS, ENV_RDZV_ID, ENV_RDZV_BACKEND, ENV_RDZV_ENDPOINT,
     ENV_NNODES, ENV_GLOO_IFNAME, ENV_NCCL_IFNAME, ENV_DNS_TIMEOUT, ENV_MIN_TORCH, ENV_FABRIC_PREFLIGHT,
-    ENV_TERMINATION_LOG,
+    ENV_TERMINATION_LOG, ENV_KEEP_LOCAL_ADDR,
 )  # fmt: skip
 _PACKED_KEYS = {name[len(ENV_PREFIX) :].lower(): name for name in PACKED}
 
@@ -84,6 +87,7 @@ ETCD_BACKENDS = ("etcd", "etcd-v2")
 # user gives --nnodes (or the pod annotation hostnet-rdma.io/nnodes).
 NNODES_UNKNOWN = "?"
 ANN_NNODES = "hostnet-rdma.io/nnodes"
+ANN_LOCAL_ADDR = "hostnet-rdma.io/local-addr"
 
 
 def pack(settings: Mapping[str, str]) -> str:
@@ -423,10 +427,13 @@ class Here:
         addresses: Iterable[str],
         resolve: Callable[[str], List[str]],
         binds: Optional[Callable[[str], bool]] = None,
+        resolve_now: Optional[Callable[[str], List[str]]] = None,
     ) -> None:
         self.hostname = hostname.lower().rstrip(".")
         self.addresses: FrozenSet[str] = frozenset(_normal_ip(a) for a in addresses)
         self.resolve = resolve
+        # Without waiting for records to appear: for names that are the user's, not the job's.
+        self.resolve_now = resolve_now or resolve
         # Whether a socket can bind the address: the kernel's own answer, for the addresses an
         # interface listing misses (secondary ones).
         self.binds = binds
@@ -514,6 +521,7 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
     plan.backend = backend
     if backend == "static":
         plan.endpoint = effective(argv, env, "--master-addr")[0] or ""
+        _check_master_addr(argv, env, plan, here)
         return argv.args, plan
 
     endpoint, _ = effective(argv, env, "--rdzv-endpoint")
@@ -567,11 +575,32 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
         rdzv_id = wanted_id
     plan.rdzv_id = rdzv_id or "none"
 
-    local_addr, _ = effective(argv, env, "--local-addr")
-    if local_addr is None and env.get(ENV_LOCAL_ADDR):
-        local_addr = env[ENV_LOCAL_ADDR]
+    local_addr, source = effective(argv, env, "--local-addr")
+    own = env.get(ENV_LOCAL_ADDR, "")
+    if local_addr is None and own:
+        local_addr = own
         argv.prepend("--local-addr", local_addr)
         plan.added["--local-addr"] = local_addr
+    elif local_addr is not None and own and several:
+        # A flag left from hand-written shell (--local-addr=$(hostname), $(hostname -i),
+        # $HOSTNAME): what the other nodes would be told to reach this one at.
+        why = unreachable_local_addr(local_addr, env, here)
+        if why and env.get(ENV_KEEP_LOCAL_ADDR) == "1":
+            plan.fatal = plan.fatal or (
+                f"--local-addr {local_addr} {why}: the other nodes could not reach this one, and the pod annotation "
+                f"{ANN_LOCAL_ADDR}: keep says not to replace it. Remove --local-addr (the webhook supplies {own})"
+            )
+        elif why:
+            plan.notes.append(
+                f"--local-addr {local_addr} replaced by {own}: it {why}, and the other nodes could not reach this "
+                f"one at it (annotate the pod {ANN_LOCAL_ADDR}: keep to refuse instead); remove it from the command"
+            )
+            if source == "cli":
+                argv.replace("--local-addr", own)
+            else:
+                argv.prepend("--local-addr", own)
+            plan.added["--local-addr"] = own
+            local_addr = own
     plan.local_addr = local_addr or ""
 
     if backend == "c10d":
@@ -587,6 +616,7 @@ def _decide_is_host(argv: Argv, env: Mapping[str, str], plan: Plan, here: Option
     identities = expand_identities(env.get(ENV_IDENTITIES, ""))
     if given:
         plan.is_host = given[-1]
+        _check_is_host(given[-1], host, identities, env, plan, here)
         return
     if not host:
         plan.notes.append("no rendezvous endpoint: is_host not set")
@@ -638,6 +668,89 @@ def _decide_is_host(argv: Argv, env: Mapping[str, str], plan: Plan, here: Option
     else:
         # A CLI --rdzv-conf replaces PET_RDZV_CONF wholesale, so carry its keys over.
         argv.prepend("--rdzv-conf", merged)
+
+
+def unreachable_local_addr(value: str, env: Mapping[str, str], here: Optional[Here]) -> str:
+    """Why other nodes could not reach this pod at a --local-addr the user gave ("" when they
+    can, or when it is only known on the node and `here` is None). This pod's own DNS name is
+    always fine (the DNS preflight waits for it)."""
+    host = value.strip().lower().rstrip(".")
+    if host in expand_identities(env.get(ENV_IDENTITIES, "")) or host == env.get(ENV_LOCAL_ADDR, "").lower():
+        return ""
+    if is_loopback(host):
+        return "is loopback"
+    if here is None or not host:
+        return ""
+    if host == here.hostname or (here.hostname and host == here.hostname.split(".")[0]):
+        return "is this node's host name (on many nodes it resolves to 127.0.1.1 there and nowhere else)"
+    if is_ip(host):
+        return "" if here.is_mine(_normal_ip(host)) else "is not an address of this node"
+    ips = [_normal_ip(ip) for ip in here.resolve_now(host)]
+    if not ips:
+        return "does not resolve on this node"
+    if all(is_loopback(ip) for ip in ips):
+        return f"resolves to {ips[0]}, a loopback address"
+    if not any(here.is_mine(ip) for ip in ips if not is_loopback(ip)):
+        return f"resolves to {', '.join(ips)}, not an address of this node"
+    return ""
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("true", "1", "yes")
+
+
+def _check_is_host(
+    given: str, host: str, identities: Sequence[str], env: Mapping[str, str], plan: Plan, here: Optional[Here]
+) -> None:
+    """is_host set by the user (hand-written shell, often `is_host=true` everywhere): refuse what
+    cannot work, in seconds, rather than let two stores (or none) wait for each other."""
+    if not host or is_loopback(host) or not identities:
+        return
+    names_me = host in identities
+    if _truthy(given) and not names_me:
+        other = ""
+        if not is_ip(host) and names_a_pod(host, identities, split_list(env.get(ENV_PEERS, ""))):
+            other = "names another pod of this job"
+        elif here is not None and (is_ip(host) or host == here.hostname.split(".")[0] or host == here.hostname):
+            mine, _ = here.carries(host)
+            other = "is not this node" if mine is False else ""
+        if other:
+            plan.fatal = plan.fatal or (
+                f"is_host=true, but the rendezvous endpoint {host} {other}: that pod hosts the store, and this one "
+                "would start a second one. Leave is_host out of --rdzv-conf (the wrapper sets it on the pod the "
+                "endpoint names), or set it true on that pod only"
+            )
+    elif not _truthy(given) and names_me:
+        plan.fatal = plan.fatal or (
+            f"is_host={given}, but the rendezvous endpoint {host} is this pod's own DNS name: no pod would host the "
+            "store and every node would wait for it. Leave is_host out of --rdzv-conf (the wrapper sets it)"
+        )
+
+
+def _check_master_addr(argv: Argv, env: Mapping[str, str], plan: Plan, here: Optional[Here]) -> None:
+    """Static rendezvous (--master-addr / PET_MASTER_ADDR): a node other than rank 0 told that the
+    master is itself (its own host name, loopback) waits for a store nobody starts there."""
+    master = endpoint_host(plan.endpoint) if plan.endpoint else ""
+    if here is None or not master or not env.get(ENV_LOCAL_ADDR):
+        return
+    nnodes = effective(argv, env, "--nnodes")[0] or ""
+    rank = (effective(argv, env, "--node-rank")[0] or "").strip()
+    if max_nodes(nnodes) <= 1 or not rank.isdigit():
+        return
+    mine = is_loopback(master) or master == here.hostname or master == here.hostname.split(".")[0]
+    if not mine:
+        return
+    if rank != "0":
+        plan.fatal = plan.fatal or (
+            f"--master-addr {master} is this node itself (its host name or loopback), but this is node rank {rank}: "
+            "the store runs on node rank 0. Point --master-addr (or MASTER_ADDR in the launcher) at the DNS name of "
+            "node rank 0's pod"
+        )
+    else:
+        plan.notes.append(
+            f"--master-addr {master} is this node's own name: the other nodes must reach node rank 0 at it, and a "
+            "node's host name often resolves only on that node. Use the DNS name of this pod"
+        )
 
 
 def pet_fallback(args: Optional[Sequence[str]], env: Mapping[str, str]) -> Tuple[Dict[str, str], Plan]:

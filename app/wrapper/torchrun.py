@@ -325,8 +325,14 @@ def here(env: Mapping[str, str], wait: bool = True) -> rules.Here:
         except (PreflightError, OSError):
             return []
 
+    def resolve_now(name: str) -> List[str]:
+        try:
+            return resolve_interruptibly(name)
+        except OSError:
+            return []
+
     addresses = [ip for ips in interface_addresses().values() for ip in ips]
-    return rules.Here(socket.gethostname(), addresses, resolve_waiting, can_bind)
+    return rules.Here(socket.gethostname(), addresses, resolve_waiting, can_bind, resolve_now)
 
 
 def can_bind(ip: str) -> bool:
