@@ -1,0 +1,84 @@
+"""The pods each launcher's controller creates for a job file, at the versions the cluster tier
+pins (scripts/testenv/launchers.pins): what `hostnet-rdma mutate -f` and `explain -f` show, so
+a user can preview the files they apply, not pods they would have to write by hand.
+
+One home for a controller's pod shape (names, hostname and subdomain, labels, annotations, owner,
+the env it adds): the cluster tier holds each expansion to the pods the real controller created.
+Pure: objects in, pods out. Fields the webhook never reads (tolerations, the service-account
+token volume, defaults the API server fills in) are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.controllers import batch, kubeflow, lws, trainer, volcano
+from app.controllers.common import ExpandError, Obj, as_dict
+
+# (apiVersion group, kind) -> the controller's expansion. A TrainJob's needs its runtime.
+EXPANDERS: dict[tuple[str, str], Callable[[Obj], list[Obj]]] = {
+    ("", "Pod"): batch.pod,
+    ("batch", "Job"): batch.job,
+    ("apps", "StatefulSet"): batch.statefulset,
+    ("jobset.x-k8s.io", "JobSet"): trainer.jobset,
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): lws.leaderworkerset,
+    ("kubeflow.org", "PyTorchJob"): kubeflow.pytorchjob,
+    ("batch.volcano.sh", "Job"): volcano.job,
+}
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+SUPPORTED = "Pod, Job, StatefulSet, JobSet, LeaderWorkerSet, PyTorchJob, TrainJob, Volcano Job"
+
+
+@dataclass
+class Expansion:
+    """One object of the file and the pods its controller creates (empty for a runtime)."""
+
+    source: str  # `Kind/name`
+    pods: list[Obj] = field(default_factory=list)
+    note: str = ""  # why it has no pods
+
+
+def group_of(obj: Obj) -> str:
+    api = str(obj.get("apiVersion") or "")
+    return api.split("/")[0] if "/" in api else ""
+
+
+def expand(
+    objects: Sequence[Obj],
+    namespace: str,
+    runtime_of: Callable[[str, str, str], Obj | None] | None = None,
+) -> list[Expansion]:
+    """Every object of a file, expanded. `namespace`: for objects that name none. `runtime_of(kind,
+    namespace, name)` finds a TrainJob's runtime that the file does not hold (from the cluster);
+    None: only the file. Raises ExpandError with a one-line reason for what cannot be expanded."""
+    runtimes = {(str(o.get("kind")), str((o.get("metadata") or {}).get("name"))): o for o in objects
+                if isinstance(o, dict) and o.get("kind") in RUNTIME_KINDS}  # fmt: skip
+    out: list[Expansion] = []
+    for obj in objects:
+        if not isinstance(obj, dict):
+            raise ExpandError("the file holds something that is not an object")
+        kind = str(obj.get("kind") or "")
+        meta = as_dict(obj.get("metadata"))
+        name = str(meta.get("name") or meta.get("generateName") or "")
+        obj = {**obj, "metadata": {**meta, "namespace": meta.get("namespace") or namespace}}
+        if kind in RUNTIME_KINDS:
+            out.append(Expansion(f"{kind}/{name}", note="no pods (the runtime of TrainJobs)"))
+            continue
+        if (group_of(obj), kind) == ("trainer.kubeflow.org", "TrainJob"):
+            out.append(Expansion(f"{kind}/{name}", trainer.trainjob(obj, runtimes, runtime_of)))
+            continue
+        expander = EXPANDERS.get((group_of(obj), kind))
+        if not kind:
+            raise ExpandError("an object without kind")
+        if expander is None:  # a Namespace, ConfigMap, Kueue queue...: no pods of its own
+            out.append(
+                Expansion(f"{kind}/{name}", note=f"no pods ({kind} is not a workload the preview knows: {SUPPORTED})")
+            )
+            continue
+        out.append(Expansion(f"{kind}/{name}", expander(obj)))
+    return out
+
+
+__all__ = ["EXPANDERS", "ExpandError", "Expansion", "expand"]

@@ -1,0 +1,95 @@
+"""Volcano (v1.15.1) `batch.volcano.sh/v1alpha1` Job: pods `<job>-<task>-<i>` with Volcano's
+labels and annotations (the PodGroup `<job>-<uid>`), and what its plugins add: svc (hostname,
+subdomain `<job>`, VC_<TASK>_HOSTS/_NUM from the ConfigMap `<job>-svc`), env (VK_/VC_TASK_INDEX),
+pytorch (MASTER_ADDR of the `--master` task's pod 0, MASTER_PORT, WORLD_SIZE, RANK)."""
+
+from __future__ import annotations
+
+from app.controllers.common import (
+    ExpandError,
+    Obj,
+    add_env,
+    as_dict,
+    integer,
+    literal,
+    meta,
+    name_of,
+    owner,
+    pod_from_template,
+    uid_of,
+)
+
+V = "volcano.sh/"
+
+
+def _env_name(task: str) -> str:
+    return task.upper().replace("-", "_")
+
+
+def _plugin_args(args: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for a in args:
+        key, _, value = str(a).lstrip("-").partition("=")
+        out[key] = value
+    return out
+
+
+def job(obj: Obj) -> list[Obj]:
+    name, ns, uid = name_of(obj), str(meta(obj).get("namespace") or "default"), uid_of(obj)
+    spec = as_dict(obj.get("spec"))
+    tasks = [t for t in spec.get("tasks") or [] if isinstance(t, dict)]
+    if not tasks:
+        raise ExpandError(f"Volcano Job {name}: no spec.tasks")
+    plugins = as_dict(spec.get("plugins"))
+    queue = str(spec.get("queue") or "default")
+    counts = {str(t.get("name")): integer(t.get("replicas"), 1, f"Volcano Job {name}: task {t.get('name')}.replicas")
+              for t in tasks}  # fmt: skip
+    pytorch = _plugin_args(plugins["pytorch"]) if isinstance(plugins.get("pytorch"), list) else None
+    pods: list[Obj] = []
+    for t in tasks:
+        task = str(t.get("name"))
+        template = t.get("template")
+        if not isinstance(template, dict):
+            raise ExpandError(f"Volcano Job {name}: task {task} has no template")
+        for i in range(counts[task]):
+            pod_name = f"{name}-{task}-{i}"
+            labels = {f"{V}job-name": name, f"{V}job-namespace": ns, f"{V}queue-name": queue,
+                      f"{V}task-spec": task, f"{V}task-index": str(i)}  # fmt: skip
+            annotations = {"scheduling.k8s.io/group-name": f"{name}-{uid}", f"{V}job-name": name, f"{V}job-version": "0",
+                           f"{V}queue-name": queue, f"{V}task-spec": task, f"{V}template-uid": f"{name}-{task}",
+                           f"{V}task-index": str(i)}  # fmt: skip
+            p = pod_from_template(template, ns, name=pod_name, labels=labels, annotations=annotations,
+                                  owners=[owner(obj, "batch.volcano.sh/v1alpha1", "Job")])  # fmt: skip
+            if spec.get("schedulerName"):
+                p["spec"]["schedulerName"] = str(spec["schedulerName"])
+            if "svc" in plugins:
+                p["spec"]["hostname"], p["spec"]["subdomain"] = pod_name, name
+                p["spec"].setdefault("volumes", []).append(
+                    {"name": f"{name}-svc", "configMap": {"name": f"{name}-svc"}}
+                )
+            for c in p["spec"].get("containers") or []:
+                if "env" in plugins:
+                    add_env(c, literal("VK_TASK_INDEX", str(i)), literal("VC_TASK_INDEX", str(i)))
+                if "svc" in plugins:
+                    for other in counts:
+                        for key in ("HOSTS", "NUM"):
+                            env = f"VC_{_env_name(other)}_{key}"
+                            add_env(
+                                c, {"name": env, "valueFrom": {"configMapKeyRef": {"name": f"{name}-svc", "key": env}}}
+                            )
+                    c.setdefault("volumeMounts", []).append({"name": f"{name}-svc", "mountPath": "/etc/volcano"})
+                if pytorch is not None:
+                    add_env(c, *_pytorch_env(name, task, i, pytorch, counts))
+            pods.append(p)
+    return pods
+
+
+def _pytorch_env(job: str, task: str, index: int, args: dict[str, str], counts: dict[str, int]) -> list[Obj]:
+    master, worker = args.get("master") or "master", args.get("worker") or "worker"
+    port = args.get("port") or "23456"
+    world = counts.get(master, 0) + counts.get(worker, 0)
+    if task not in (master, worker):
+        return []
+    rank = index if task == master else counts.get(master, 0) + index
+    return [literal("MASTER_ADDR", f"{job}-{master}-0.{job}"), literal("MASTER_PORT", port),
+            literal("WORLD_SIZE", str(world)), literal("RANK", str(rank))]  # fmt: skip
