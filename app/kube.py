@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
+import yaml
 from cryptography import x509
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -31,9 +32,24 @@ from app.core import selection
 log = logging.getLogger("hostnet_rdma.certs")
 
 # Callers catch this without importing the client themselves (tests/test_contracts.py).
-__all__ = ["ApiException", "EventSender", "Objects", "SelfManagedCerts", "api_client", "api_message",
-           "context_namespace", "list_pods", "mutating_webhook_configurations",
-           "namespace_labels", "pod_log", "read_pod", "refusal", "webhook_selectors"]  # fmt: skip
+__all__ = [
+    "ApiException",
+    "EventSender",
+    "Objects",
+    "SelfManagedCerts",
+    "api_client",
+    "api_message",
+    "context_namespace",
+    "installed_config",
+    "list_pods",
+    "mutating_webhook_configurations",
+    "namespace_labels",
+    "namespace_labels_or_none",
+    "pod_log",
+    "read_pod",
+    "refusal",
+    "webhook_selectors",
+]  # fmt: skip
 
 
 def api_message(e: Any) -> str:
@@ -263,6 +279,35 @@ def webhook_selectors(api: client.ApiClient, webhook_config: str) -> selection.S
         raise
     hooks = json.loads(resp.data).get("webhooks") or [{}]
     return selection.from_webhook(hooks[0])
+
+
+def installed_config(api: client.ApiClient, webhook_config: str) -> tuple[dict[str, Any], selection.Selectors] | None:
+    """The installed webhook's config (its ConfigMap `<release>-config`, in the namespace of the
+    Service the webhook configuration calls) and its selection; None without the configuration."""
+    try:
+        resp: Any = client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
+            webhook_config, _preload_content=False
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    hook = (json.loads(resp.data).get("webhooks") or [{}])[0]
+    service = (hook.get("clientConfig") or {}).get("service") or {}
+    namespace = str(service.get("namespace") or "hostnet-rdma-system")
+    cm = client.CoreV1Api(api).read_namespaced_config_map(f"{webhook_config}-config", namespace)
+    data = yaml.safe_load((cm.data or {}).get("config.yaml") or "{}") or {}
+    return data, selection.from_webhook(hook)
+
+
+def namespace_labels_or_none(api: client.ApiClient, namespace: str) -> dict[str, str] | None:
+    """A namespace's labels; None when it does not exist (yet)."""
+    try:
+        return namespace_labels(api, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
 
 
 def pod_log(api: client.ApiClient, namespace: str, name: str, container: str | None, previous: bool = False) -> str:

@@ -1,7 +1,7 @@
 """hostnet-rdma: RDMA plumbing and torchrun rendezvous for host-network PyTorch pods.
 
 serve    run the admission webhook
-mutate   print a pod file exactly as the webhook would change it
+mutate   print the pods of a file (a Pod or a job of any launcher) as the webhook would store them
 explain  why a pod was, or would be, mutated or not
 verify   check a training pod's log: NCCL over IB with GDRDMA, the wrapper's line
 doctor   check a node's RDMA fabric against an NCCL profile
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 # What the kubectl plugin offers (serving the webhook is not a kubectl job), and which of
 # kubectl's global flags each command takes.
 PLUGIN_COMMANDS = {"explain": ("-n", "--kubeconfig", "--context"), "verify": ("-n", "--kubeconfig", "--context"),
-                   "mutate": ("-n",), "doctor": (), "e2e": ("--kubeconfig", "--context")}  # fmt: skip
+                   "mutate": ("-n", "--kubeconfig", "--context"), "doctor": (), "e2e": ("--kubeconfig", "--context")}  # fmt: skip
 
 
 def kubectl_main(argv: list[str] | None = None) -> int:

@@ -67,3 +67,123 @@ def read_pod_file(source: str) -> dict[str, Any]:
             "(preview the pod its controller creates)"
         )
     return doc
+
+
+def read_objects(sources: list[str]) -> list[dict[str, Any]]:
+    """Every object of YAML or JSON files (`-`: stdin): multi-document, `kind: List` spread."""
+    out: list[dict[str, Any]] = []
+    for source in sources:
+        try:
+            text = sys.stdin.read() if source == "-" else Path(source).read_text()
+        except OSError as e:
+            raise CommandError(f"cannot read {source}: {e.strerror}") from None
+        try:
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        except yaml.YAMLError as e:
+            raise CommandError(f"{source} is not YAML or JSON: {str(e).splitlines()[0]}") from None
+        for doc in docs:
+            if not isinstance(doc, dict):
+                raise CommandError(f"{source} holds something that is not an object")
+            if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+                out += [d for d in doc["items"] if isinstance(d, dict)]
+            else:
+                out.append(doc)
+    if not out:
+        raise CommandError(f"{', '.join(sources)} holds no object")
+    return out
+
+
+def add_preview_args(parser: Any) -> None:
+    """What a preview of job files is computed against: the installed webhook or a config."""
+    parser.add_argument("-f", "--file", action="append", default=[],
+                        help="what you apply (YAML or JSON, several documents, - for stdin): a Pod, Job, StatefulSet, "
+                             "JobSet, LeaderWorkerSet, PyTorchJob, TrainJob (+ its runtime), Volcano Job; repeatable")  # fmt: skip
+    parser.add_argument("--config", help="the chart's config: block, a values file, or the webhook's config file "
+                                         "(default: the chart's defaults, as a default install)")  # fmt: skip
+    parser.add_argument("--kube-version", default=None,
+                        help="Kubernetes version the chart's `delivery: auto` is resolved for (default: 1.36)")  # fmt: skip
+    parser.add_argument("--from-cluster", action="store_true",
+                        help="the installed webhook's config and selectors, the namespace's labels and TrainJob "
+                             "runtimes, read from the cluster (--kubeconfig, --context)")  # fmt: skip
+    parser.add_argument("--webhook-config", default="hostnet-rdma",
+                        help="name of the installed MutatingWebhookConfiguration (the Helm release's fullname)")  # fmt: skip
+
+
+def preview_config(path: str | None, kube_version: str | None) -> InjectConfig:
+    """The webhook's config for a preview: the chart's config: block (or a values file) resolved
+    as the chart resolves it, or the webhook's own config file, or the chart's defaults."""
+    from app import chart
+
+    version = kube_version or chart.KUBE_VERSION
+    if path is None:
+        data: Any = chart.from_values(None, version)
+    else:
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except OSError as e:
+            raise CommandError(f"config: cannot read {path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise CommandError(f"config: {path} is not YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise CommandError(f"config: {path} must hold a mapping")
+        if chart.is_chart_block(data):
+            try:
+                data = chart.from_values(data if "config" in data else {"config": data}, version)
+            except ValueError as e:
+                raise CommandError(str(e)) from None
+    try:
+        return config.from_dict(data)
+    except ConfigError as e:
+        raise CommandError(str(e)) from None
+
+
+def run_preview(args: Any) -> tuple[list[Any], bool]:
+    """The preview rows (app.preview.Row) of the files in args, and whether the input was a
+    single Pod. From the cluster (--from-cluster) or offline."""
+    import dataclasses
+
+    from app import controllers, preview, review
+    from app.core import selection
+
+    objects = read_objects(args.file)
+    single_pod = len(objects) == 1 and objects[0].get("kind") == "Pod"
+    labels: dict[str, str] | None = None
+    runtime_of = None
+    if args.from_cluster:
+        from app import kube
+
+        namespace = cluster_namespace(args)
+        try:
+            api = kube.api_client(args.kubeconfig, args.context)
+            found = kube.installed_config(api, args.webhook_config)
+            if found is None:
+                raise CommandError(f"no MutatingWebhookConfiguration {args.webhook_config!r} in this cluster: is the "
+                                   "chart installed (helm list -A), under another release name (--webhook-config)?")  # fmt: skip
+            data, selectors = found
+            cfg = config.from_dict(data)
+            labels = kube.namespace_labels_or_none(api, namespace) or {}
+            objs = kube.Objects(api)
+
+            def runtime_of(kind: str, ns: str, name: str) -> dict[str, Any] | None:
+                return objs.get("trainer.kubeflow.org/v1alpha1", kind, ns if kind == "TrainingRuntime" else "", name)
+        except kube.ApiException as e:
+            raise CommandError(f"reading the installed webhook: {kube.refusal(e)}") from None
+        except ConfigError as e:
+            raise CommandError(f"the installed config: {e}") from None
+    else:
+        namespace = args.namespace or "default"
+        cfg = preview_config(args.config, args.kube_version)
+        selectors = selection.from_config(cfg)
+    if getattr(args, "exclude_namespaces", None) is not None and not args.from_cluster:
+        cfg = dataclasses.replace(cfg, exclude_namespaces=tuple(n for n in args.exclude_namespaces.split(",") if n))
+        selectors = selection.from_config(cfg)
+    # A file's own namespace wins, as with kubectl apply; -n for objects that name none.
+    if args.namespace:
+        objects = [{**o, "metadata": {**(o.get("metadata") or {}), "namespace": args.namespace}} for o in objects]
+    try:
+        expansions = controllers.expand(objects, namespace, runtime_of)
+    except controllers.ExpandError as e:
+        raise CommandError(str(e)) from None
+    configmaps = {k: v for ex in expansions for k, v in ex.configmaps.items()}
+    rows = preview.rows(expansions, lambda ns: review.params_for(cfg, ns), selectors, labels, configmaps)
+    return rows, single_pod

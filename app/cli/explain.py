@@ -1,67 +1,120 @@
-"""`hostnet-rdma explain POD | -f FILE`: why a pod was, or would be, mutated or not, step by
-step, from the namespace label to what the webhook decided."""
+"""`hostnet-rdma explain POD | -f FILE`: why a pod was, or would be, mutated or not, and what its
+wrapper will decide. A live pod or a single Pod file: step by step, from the namespace label to
+what the webhook decided. A job file (any launcher): one row per pod its controller creates
+(local address, endpoint, store host, node count) and every warning.
+
+Exit codes: 0 every pod is mutated and its wrapper would start; 1 a pod's wrapper would refuse
+to start, or a pod would be left unchanged; 2 bad input; 3 a pod would not be sent to the webhook."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from typing import Any
 
-from app import review
-from app.cli.common import CommandError, add_cluster_args, cluster_namespace, error, load_config, read_pod_file
+from app import preview, review
+from app.cli.common import (
+    CommandError,
+    add_cluster_args,
+    add_preview_args,
+    cluster_namespace,
+    error,
+    load_config,
+    preview_config,
+    read_objects,
+    run_preview,
+)
 from app.core import selection
 from app.explain import explain
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config)
-        pod = read_pod_file(args.file) if args.file else None
-    except CommandError as e:
-        return error(str(e))
-    ns_labels: dict[str, str] | None = None
-    selectors: selection.Selectors | None = None
-    if pod is not None:
-        namespace = args.namespace or (pod.get("metadata") or {}).get("namespace") or "default"
-    else:
-        if not args.pod:
-            print("hostnet-rdma: error: give a POD name or -f FILE", file=sys.stderr)
-            return 2
-        from app import kube
-
-        namespace = cluster_namespace(args)
+    if args.file:
         try:
-            api = kube.api_client(args.kubeconfig, args.context)
-            pod = kube.read_pod(api, namespace, args.pod)
-            ns_labels = kube.namespace_labels(api, namespace)
-            selectors = kube.webhook_selectors(api, args.webhook_config)
-        except kube.ApiException as e:
-            print(f"hostnet-rdma: error: {namespace}/{args.pod}: {kube.refusal(e)}", file=sys.stderr)
-            return 2
-    if args.file and args.exclude_namespaces is not None:
+            objects = read_objects(args.file)
+            if len(objects) == 1 and objects[0].get("kind") == "Pod" and not args.from_cluster:
+                return _steps_of_a_file(args, objects[0])
+            rows, _ = run_preview(args)
+        except CommandError as e:
+            return error(str(e))
+        print(table(rows))
+        if any(r.refusal or (r.sent and not r.mutated) for r in rows):
+            return preview.EXIT_REFUSES
+        return preview.EXIT_NOT_SENT if any(not r.sent for r in rows) else preview.EXIT_OK
+    if not args.pod:
+        return error("give a POD name or -f FILE")
+    return _steps_of_a_live_pod(args)
+
+
+def _steps_of_a_file(args: argparse.Namespace, pod: dict[str, Any]) -> int:
+    import dataclasses
+
+    cfg = preview_config(args.config, args.kube_version)
+    if args.exclude_namespaces is not None:
         cfg = dataclasses.replace(cfg, exclude_namespaces=tuple(n for n in args.exclude_namespaces.split(",") if n))
-    params = review.params_for(cfg, namespace)
-    if not args.file and selectors is None:
-        print(f"NO  no MutatingWebhookConfiguration {args.webhook_config!r} in this cluster: is the chart installed "
-              "(helm list -A), under another release name (--webhook-config)?")  # fmt: skip
-        return 1
-    steps = explain(pod, params, ns_labels, selectors)
+    namespace = args.namespace or (pod.get("metadata") or {}).get("namespace") or "default"
+    steps = explain(pod, review.params_for(cfg, namespace), None, None)
     for s in steps:
         print(f"{'ok ' if s.ok else 'NO '} {s.text}")
     return 0 if all(s.ok for s in steps) else 1
 
 
+def _steps_of_a_live_pod(args: argparse.Namespace) -> int:
+    from app import kube
+
+    try:
+        cfg = load_config(args.config)
+    except CommandError as e:
+        return error(str(e))
+    namespace = cluster_namespace(args)
+    try:
+        api = kube.api_client(args.kubeconfig, args.context)
+        pod = kube.read_pod(api, namespace, args.pod)
+        ns_labels = kube.namespace_labels(api, namespace)
+        selectors: selection.Selectors | None = kube.webhook_selectors(api, args.webhook_config)
+    except kube.ApiException as e:
+        print(f"hostnet-rdma: error: {namespace}/{args.pod}: {kube.refusal(e)}", file=sys.stderr)
+        return 2
+    if selectors is None:
+        print(f"NO  no MutatingWebhookConfiguration {args.webhook_config!r} in this cluster: is the chart installed "
+              "(helm list -A), under another release name (--webhook-config)?")  # fmt: skip
+        return 1
+    steps = explain(pod, review.params_for(cfg, namespace), ns_labels, selectors)
+    for s in steps:
+        print(f"{'ok ' if s.ok else 'NO '} {s.text}")
+    return 0 if all(s.ok for s in steps) else 1
+
+
+def table(rows: list[preview.Row]) -> str:
+    """One row per pod, then what each pod's admission and wrapper say (once per text)."""
+    head = ("JOB", "POD", "LOCAL ADDRESS", "ENDPOINT", "STORE HOST", "NODES")
+    lines = [head]
+    for r in rows:
+        if not r.sent or not r.mutated:
+            lines.append((r.source, r.pod, "-", "-", "-", "-"))
+            continue
+        lines.append((r.source, r.pod, r.local_addr or "-", r.endpoint or "-", r.store_host or "-", r.nnodes or "-"))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines]
+    said: set[str] = set()
+    notes: list[str] = []
+    for r in rows:
+        for text in ([r.reason] if r.reason else []) + ([f"wrapper will refuse to start: {r.refusal}"] if r.refusal else []) + (
+            [r.backend] if r.backend.startswith("decided at run time") else []
+        ) + [f"warning: {w}" for w in r.warnings]:  # fmt: skip
+            if (r.pod, text) not in said and text not in said:
+                said.add(text)
+                notes.append(f"{r.pod}: {text}")
+    return "\n".join(out + (["", *notes] if notes else []))
+
+
 def register(sub: Any) -> None:
-    e = sub.add_parser("explain", help="why a pod was (or would be) mutated or not")
+    e = sub.add_parser("explain", help="why a pod was (or would be) mutated or not, and what its wrapper decides",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     e.add_argument("pod", nargs="?", help="live pod name")
-    e.add_argument("-f", "--file", help="pod manifest instead of a live pod")
+    add_preview_args(e)
     add_cluster_args(e)
-    e.add_argument("--config", help="cluster config file")
-    e.add_argument("--webhook-config", default="hostnet-rdma",
-                   help="name of the installed MutatingWebhookConfiguration (the Helm release's fullname); its "
-                        "excluded namespaces are read from it")  # fmt: skip
     e.add_argument("--exclude-namespaces",
                    help="with -f: namespaces the webhook never sees, comma-separated (default: the config's "
-                        "excludeNamespaces, kube-system without one)")  # fmt: skip
+                        "excludeNamespaces: kube-system and the webhook's namespace)")  # fmt: skip
     e.set_defaults(func=cmd_explain)

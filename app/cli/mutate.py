@@ -1,5 +1,6 @@
-"""`hostnet-rdma mutate -f POD`: the pod (or the JSON Patch) exactly as the webhook would
-produce it, with a one-paragraph summary of what was decided on stderr."""
+"""`hostnet-rdma mutate -f FILE`: the pods of what you apply (a Pod, or a job of any launcher:
+its controller's pods) exactly as the webhook would store them, with a summary of what was
+decided on stderr. Exit 3 when a pod would not be sent to the webhook at all."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 
 import yaml
 
-from app import review
-from app.cli.common import CommandError, error, load_config, read_pod_file
-from app.core import InvalidPod, Result, UnsupportedPod, mutate, patch
+from app import preview
+from app.cli.common import CommandError, add_cluster_args, add_preview_args, error, run_preview
+from app.core import Result, patch
 
 
 def summary(result: Result) -> str:
@@ -36,32 +37,44 @@ def summary(result: Result) -> str:
     return text
 
 
+def _said(row: preview.Row) -> str:
+    if row.result is not None:
+        return summary(row.result)
+    return f"hostnet-rdma: unchanged: {row.reason}."
+
+
 def cmd_mutate(args: argparse.Namespace) -> int:
+    if not args.file:
+        return error("give the file to preview: -f FILE (- for stdin)")
     try:
-        pod = read_pod_file(args.file)
-        namespace = args.namespace or str((pod.get("metadata") or {}).get("namespace") or "default")
-        result = mutate(pod, review.params_for(load_config(args.config), namespace))
+        rows, single_pod = run_preview(args)
     except CommandError as e:
         return error(str(e))
-    except InvalidPod as e:
-        return error(str(e))
-    except UnsupportedPod as e:
-        print(f"hostnet-rdma: unchanged: the pod cannot be mutated safely: {e}", file=sys.stderr)
-        result = Result(pod=pod, changed=False, reason=str(e))
-    print(summary(result), file=sys.stderr)
+    for row in rows:
+        prefix = "" if single_pod else f"{row.source} pod {row.pod}: "
+        print(prefix + _said(row), file=sys.stderr)
+    pods = [r.pod_after for r in rows]
     if args.output == "patch":
-        print(json.dumps(patch.diff(pod, result.pod), indent=2))
-    elif args.output == "json":
-        print(json.dumps(result.pod, indent=2))
+        ops: Any = [patch.diff(r.before, r.pod_after) for r in rows]
+        out: Any = ops[0] if single_pod else [{"pod": r.pod, "patch": o} for r, o in zip(rows, ops, strict=True)]
+        print(json.dumps(out, indent=2))
     else:
-        print(yaml.safe_dump(result.pod, sort_keys=False, width=1 << 20), end="")
-    return 0
+        doc: Any = pods[0] if single_pod else {"apiVersion": "v1", "kind": "List", "items": pods}
+        if args.output == "json":
+            print(json.dumps(doc, indent=2))
+        else:
+            print(yaml.safe_dump(doc, sort_keys=False, width=1 << 20), end="")
+    return preview.EXIT_NOT_SENT if any(not r.sent for r in rows) else preview.EXIT_OK
 
 
 def register(sub: Any) -> None:
-    m = sub.add_parser("mutate", help="print the pod (or JSON Patch) exactly as the webhook would produce it")
-    m.add_argument("-f", "--file", required=True, help="Pod manifest (YAML or JSON); - for stdin")
-    m.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
-    m.add_argument("-n", "--namespace", default="", help="namespace (default: the pod's, else 'default')")
-    m.add_argument("--config", help="cluster config file (the chart's ConfigMap content)")
+    m = sub.add_parser(
+        "mutate",
+        help="print the pods of a file (a Pod, or a job of any launcher) exactly as the webhook would store them",
+        description=__doc__,
+    )
+    add_preview_args(m)
+    m.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml",
+                   help="the pod (a List for several), or the JSON Patch(es) the webhook would answer")  # fmt: skip
+    add_cluster_args(m)
     m.set_defaults(func=cmd_mutate)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from app.controllers import batch, kubeflow, lws, trainer, volcano
 from app.controllers.common import ExpandError, Obj, as_dict
@@ -38,6 +37,8 @@ class Expansion:
     source: str  # `Kind/name`
     pods: list[Obj] = field(default_factory=list)
     note: str = ""  # why it has no pods
+    # ConfigMaps the controller makes for the pods (name -> data): what their env reads at run time.
+    configmaps: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def group_of(obj: Obj) -> str:
@@ -77,7 +78,8 @@ def expand(
                 Expansion(f"{kind}/{name}", note=f"no pods ({kind} is not a workload the preview knows: {SUPPORTED})")
             )
             continue
-        out.append(Expansion(f"{kind}/{name}", expander(obj)))
+        made = volcano.configmaps(obj) if expander is volcano.job else {}
+        out.append(Expansion(f"{kind}/{name}", expander(obj), configmaps=made))
     return out
 
 

@@ -93,3 +93,17 @@ def _pytorch_env(job: str, task: str, index: int, args: dict[str, str], counts: 
     rank = index if task == master else counts.get(master, 0) + index
     return [literal("MASTER_ADDR", f"{job}-{master}-0.{job}"), literal("MASTER_PORT", port),
             literal("WORLD_SIZE", str(world)), literal("RANK", str(rank))]  # fmt: skip
+
+
+def configmaps(obj: Obj) -> dict[str, dict[str, str]]:
+    """The svc plugin's ConfigMap `<job>-svc`: each task's host list and count (the env of its pods)."""
+    spec = as_dict(obj.get("spec"))
+    if "svc" not in as_dict(spec.get("plugins")):
+        return {}
+    name = name_of(obj)
+    data: dict[str, str] = {}
+    for t in spec.get("tasks") or []:
+        task, n = str(t.get("name")), integer(t.get("replicas"), 1, f"Volcano Job {name}: replicas")
+        data[f"VC_{_env_name(task)}_HOSTS"] = ",".join(f"{name}-{task}-{i}.{name}" for i in range(n))
+        data[f"VC_{_env_name(task)}_NUM"] = str(n)
+    return {f"{name}-svc": data}

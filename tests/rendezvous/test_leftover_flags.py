@@ -41,7 +41,9 @@ def command(flag: str, endpoint: str) -> list[str]:
 
 @pytest.mark.parametrize("flag", list(CASES))
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))
-def test_a_leftover_flag_completes_or_refuses_in_seconds(bed: Testbed, tmp_path: Path, launcher: str, flag: str) -> None:
+def test_a_leftover_flag_completes_or_refuses_in_seconds(
+    bed: Testbed, tmp_path: Path, launcher: str, flag: str
+) -> None:
     name = "lf"
     place(bed, launcher, name)
     pod0 = pod_names(launcher, name, 0)[0]

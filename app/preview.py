@@ -1,0 +1,180 @@
+"""A job file's pods as the webhook would leave them, and what each pod's wrapper would decide:
+the rows of `hostnet-rdma explain -f` and the pods of `mutate -f`. Pure: the controllers'
+pods, the webhook's config and selectors in; mutated pods and decisions out.
+
+The wrapper's decision is rules.merge on the pod's command with the env the pod will have at
+run time, as far as it is known before the pod exists: literal values, the pod's own fields
+(fieldRef), what the launcher's controller puts in its ConfigMaps (Volcano's host lists and
+counts). What only the node knows (its addresses, for an IP or Service endpoint) is said so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.controllers import Expansion
+from app.core import InvalidPod, Params, UnsupportedPod, mutate, names, selection, wrap
+from app.core.mutate import Result
+from app.wrapper import rules
+
+Obj = dict[str, Any]
+
+# Exit codes of `mutate -f` / `explain -f` (documented in the CLI's help and the README).
+EXIT_OK, EXIT_REFUSES, EXIT_USAGE, EXIT_NOT_SENT = 0, 1, 2, 3
+
+
+@dataclass
+class Row:
+    source: str  # Kind/name of the object in the file
+    pod: str  # name, or generateName + "…"
+    sent: bool
+    mutated: bool
+    pod_after: Obj
+    before: Obj = field(default_factory=dict)  # as the controller creates it
+    launcher: str = ""
+    local_addr: str = ""
+    endpoint: str = ""
+    backend: str = ""
+    store_host: str = ""  # yes | no | "decided on the node by its addresses" | "-" (none: etcd)
+    nnodes: str = ""
+    reason: str = ""  # not sent, or left unchanged: why
+    refusal: str = ""  # why the wrapper would refuse to start
+    warnings: list[str] = field(default_factory=list)
+    result: Result | None = None  # the core's, when the pod was sent
+
+
+def _pod_name(pod: Obj) -> str:
+    m = pod.get("metadata") or {}
+    return str(m.get("name") or (str(m.get("generateName") or "") + "…"))
+
+
+_FIELD = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
+
+
+def runtime_env(pod: Obj, container: Obj, configmaps: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The container's env as the kubelet will give it, as far as it is known before the pod runs."""
+    meta = pod.get("metadata") or {}
+    out: dict[str, str] = {}
+    for e in container.get("env") or []:
+        if not isinstance(e, dict) or not isinstance(e.get("name"), str):
+            continue
+        if isinstance(e.get("value"), str):
+            value = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: out.get(m.group(1), m.group(0)), e["value"])
+            out[e["name"]] = value
+            continue
+        ref = (e.get("valueFrom") or {}).get("fieldRef") or {}
+        cm = (e.get("valueFrom") or {}).get("configMapKeyRef") or {}
+        found: str | None = None
+        path = str(ref.get("fieldPath") or "")
+        if path == "metadata.name" and meta.get("name"):
+            found = str(meta["name"])
+        elif path == "metadata.namespace":
+            found = str(meta.get("namespace") or "")
+        elif m := _FIELD.match(path):
+            found = (meta.get(m.group(1)) or {}).get(m.group(2))
+        elif cm:
+            found = configmaps.get(str(cm.get("name")), {}).get(str(cm.get("key")))
+        if found is not None:
+            out[e["name"]] = str(found)
+    if "HOSTNAME" not in out and (pod.get("spec") or {}).get("hostNetwork") is not True:
+        out["HOSTNAME"] = str(meta.get("name") or "")
+    return out
+
+
+_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
+def _expand_words(words: list[str], env: dict[str, str]) -> list[str] | None:
+    """Simple `$VAR`/`${VAR}` expansion as the shell does; None when a word needs more (a command
+    substitution, an array, a variable not known before the pod runs)."""
+    out: list[str] = []
+    for w in words:
+        if "$(" in w or "`" in w or ("[" in w and "$" in w):
+            return None
+        missing = [v for v in _VAR.findall(w) if v not in env]
+        if missing:
+            return None
+        out.append(_VAR.sub(lambda m: env[m.group(1)], w).strip("'\""))
+    return out
+
+
+def decide(pod: Obj, result: Result, configmaps: dict[str, dict[str, str]], params: Params, row: Row) -> None:
+    """Fill `row` with what the wrapper of the pod's (first) training container would decide."""
+    containers = {c["name"]: c for c in result.pod["spec"]["containers"]}
+    if not result.training:
+        return
+    c = containers[result.training[0]]
+    settings = wrap.settings_of(c)
+    env = runtime_env(result.pod, c, configmaps)
+    if settings is not None:
+        env[rules.ENV_POD] = settings
+    zone = ""
+    if result.pod["spec"].get("dnsPolicy") == names.CLUSTER_DNS_POLICY and params.namespace:
+        zone = f"{params.namespace}.svc.{params.config.cluster_domain}"
+    env = rules.unpack(env, zone)
+    try:
+        args = wrap.torchrun_args(c)
+    except wrap.ScriptTooLarge:
+        args = None
+    expanded = _expand_words(args, env) if args is not None else None
+    if expanded is None:
+        row.backend = "decided at run time (torchrun's arguments are in a script or need the shell)"
+        row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
+        return
+    try:
+        _, plan = rules.merge(expanded, env)
+    except rules.ArgvError as e:
+        row.refusal = f"torchrun would reject its arguments: {e}"
+        return
+    row.backend, row.local_addr, row.endpoint, row.nnodes = plan.backend, plan.local_addr, plan.endpoint, plan.nnodes
+    row.refusal = plan.fatal
+    if plan.backend == "static":
+        # torchrun's static rendezvous: node rank 0 hosts the store at --master-addr.
+        row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
+        row.nnodes = rules.effective(rules.Argv(expanded), env, "--nnodes")[0] or "1"
+        rank = rules.effective(rules.Argv(expanded), env, "--node-rank")[0]
+        row.store_host = "yes" if rank == "0" else "no" if rank else "node rank 0"
+    elif plan.backend in rules.ETCD_BACKENDS:
+        row.store_host = "- (etcd)"
+    elif plan.is_host is not None:
+        row.store_host = "yes" if plan.is_host.strip().lower() in ("true", "1") else "no"
+    elif plan.endpoint_problem:
+        row.store_host = "decided on the node by its addresses"
+
+
+def rows(
+    expansions: list[Expansion],
+    params_of: Any,
+    selectors: selection.Selectors,
+    namespace_labels: dict[str, str] | None,
+    configmaps: dict[str, dict[str, str]] | None = None,
+) -> list[Row]:
+    """One row per pod of every object. `params_of(namespace)` gives the webhook's Params there."""
+    out: list[Row] = []
+    for ex in expansions:
+        for pod in ex.pods:
+            namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+            row = Row(ex.source, _pod_name(pod), sent=False, mutated=False, pod_after=pod, before=pod)
+            reasons = selection.not_sent(selectors, pod, namespace, namespace_labels)
+            if reasons:
+                row.reason = "not sent to the webhook: " + "; ".join(reasons)
+                out.append(row)
+                continue
+            row.sent = True
+            params: Params = params_of(namespace)
+            try:
+                result = mutate(pod, params)
+            except (InvalidPod, UnsupportedPod) as e:
+                row.reason = f"left unchanged: {e}"
+                out.append(row)
+                continue
+            row.result, row.pod_after, row.mutated, row.warnings = result, result.pod, result.changed, result.warnings
+            if result.info is None:
+                row.reason = f"left unchanged: {result.reason}"
+            else:
+                row.launcher = result.info.launcher
+                decide(pod, result, configmaps or {}, params, row)
+            out.append(row)
+    return out
