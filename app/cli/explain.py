@@ -102,7 +102,7 @@ def table(rows: list[preview.Row]) -> str:
         for text in ([r.reason] if r.reason else []) + ([f"wrapper will refuse to start: {r.refusal}"] if r.refusal else []) + (
             [r.backend] if r.backend.startswith("decided at run time") else []
         ) + [f"warning: {w}" for w in r.warnings]:  # fmt: skip
-            if (r.pod, text) not in said and text not in said:
+            if text not in said:
                 said.add(text)
                 notes.append(f"{r.pod}: {text}")
     return "\n".join(out + (["", *notes] if notes else []))
