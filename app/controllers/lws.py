@@ -9,7 +9,6 @@ import copy
 from app.controllers.common import (
     ExpandError,
     Obj,
-    add_env,
     as_dict,
     integer,
     literal,
@@ -41,7 +40,9 @@ def leaderworkerset(obj: Obj) -> list[Obj]:
             template: Obj = copy.deepcopy(leader_template if w == 0 else as_dict(lwt["workerTemplate"]))
             p = pod_from_template(
                 template, ns, name=pod_name,
-                labels={**group, f"{L}worker-index": str(w), "statefulset.kubernetes.io/pod-name": pod_name},
+                labels={**group, f"{L}worker-index": str(w), f"{L}template-revision-hash": "<revision>",
+                        "statefulset.kubernetes.io/pod-name": pod_name, "apps.kubernetes.io/pod-index": str(w),
+                        "controller-revision-hash": f"{sts}-<revision>"},
                 annotations={f"{L}size": str(size), **({} if w == 0 else {f"{L}leader-name": leader})},
                 owners=[{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts,
                          "uid": f"<uid of StatefulSet {sts}>" if w else uid_of(obj), "controller": True,
@@ -50,7 +51,13 @@ def leaderworkerset(obj: Obj) -> list[Obj]:
             p["spec"]["hostname"] = pod_name
             p["spec"]["subdomain"] = name
             for c in p["spec"].get("containers") or []:
-                add_env(c, literal("LWS_LEADER_ADDRESS", f"{leader}.{name}.{ns}"), literal("LWS_GROUP_SIZE", str(size)),
-                        literal("LWS_WORKER_INDEX", str(w)))  # fmt: skip
+                # LWS's pod webhook puts its env first.
+                own = [
+                    e
+                    for e in c.get("env") or []
+                    if e.get("name") not in ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")
+                ]
+                c["env"] = [literal("LWS_LEADER_ADDRESS", f"{leader}.{name}.{ns}"), literal("LWS_GROUP_SIZE", str(size)),
+                            literal("LWS_WORKER_INDEX", str(w)), *own]  # fmt: skip
             pods.append(p)
     return pods

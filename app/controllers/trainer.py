@@ -127,6 +127,6 @@ def trainjob(
             if not any(p.get("containerPort") == TRAINER_PORT for p in c.get("ports") or []):
                 c.setdefault("ports", []).append(port)
     js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-          "metadata": {"name": name, "namespace": ns, "uid": meta(obj).get("uid") or f"<uid of JobSet {name}>"},
+          "metadata": {"name": name, "namespace": ns, "uid": f"<uid of JobSet {name}>"},  # not the TrainJob's
           "spec": js_spec}  # fmt: skip
     return jobset(js)
