@@ -333,3 +333,51 @@ def test_the_wrapper_image_follows_the_webhook_image_to_the_users_registry() -> 
     p = template("--set", "wrapperImage.repository=mirror.example/w", "--set-string", "wrapperImage.tag=2")
     cm = next(d for d in yaml.safe_load_all(p.stdout) if d and d["kind"] == "ConfigMap")
     assert yaml.safe_load(cm["data"]["config.yaml"])["wrapper"]["image"] == "mirror.example/w:2"
+
+
+@pytest.mark.parametrize(
+    ("sets", "kube"),
+    [
+        ([], "1.36.3"),
+        ([], "1.33.0"),
+        (["--set", "wrapperImage.useWebhookImage=true"], "1.36.3"),
+        (["--set", "image.repository=registry.example/hr", "--set", "image.tag=1.2.3"], "1.36.3"),
+        (["--set", "image.repository=registry.example/hr", "--set", "image.tag=1.2.3"], "1.34.0"),
+        (["--set", "config.wrapper.delivery=inline", "--set", "config.optIn=pod"], "1.36.3"),
+        (["--set", "webhook.excludeNamespaces={kube-system,monitoring}"], "1.36.3"),
+    ],
+)
+def test_the_previews_config_is_the_configmap_the_chart_renders(sets: list[str], kube: str) -> None:
+    """`hostnet-rdma mutate/explain -f` with the chart's values (or none) compute the webhook's
+    config as templates/configmap.yaml does (app/chart.py), for every delivery choice."""
+    from app import chart
+
+    p = helm(
+        "template", "hostnet-rdma", str(CHART), "--namespace", "hostnet-rdma-system", "--kube-version", kube, *sets
+    )
+    assert p.returncode == 0, p.stderr
+    cm = next(d for d in yaml.safe_load_all(p.stdout) if d and d["kind"] == "ConfigMap" and "config.yaml" in d["data"])
+    rendered = yaml.safe_load(cm["data"]["config.yaml"])
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for i in range(0, len(sets), 2):  # the --set values, onto the chart's defaults
+        key, _, value = sets[i + 1].partition("=")
+        *parents, leaf = key.split(".")
+        node = values
+        for k in parents:
+            node = node.setdefault(k, {})
+        node[leaf] = (
+            value.strip("{}").split(",")
+            if value.startswith("{")
+            else (value == "true" if value in ("true", "false") else value)
+        )
+    assert chart.from_values(values, kube) == rendered
+
+
+def test_the_charts_defaults_are_the_previews() -> None:
+    from app import __version__, chart
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert values["image"]["repository"] == chart.IMAGE_REPOSITORY and meta["appVersion"] == __version__
+    assert values["image"]["pullPolicy"] == chart.IMAGE_PULL_POLICY
+    assert tuple(values["webhook"]["excludeNamespaces"]) == chart.EXCLUDE_NAMESPACES

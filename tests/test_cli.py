@@ -51,12 +51,10 @@ def test_stdin_and_json_input() -> None:
     assert p.returncode == 0 and json.loads(p.stdout)["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
 
 
-def test_not_a_pod_exits_2_with_one_line() -> None:
+def test_a_job_that_cannot_be_expanded_exits_2_with_one_line() -> None:
     p = cli("mutate", "-f", "-", stdin="apiVersion: batch.volcano.sh/v1alpha1\nkind: Job\nmetadata: {name: j}\n")
     assert p.returncode == 2
-    assert p.stderr.strip().splitlines() == [
-        "hostnet-rdma: error: - holds a Job, not a Pod (preview the pod its controller creates)"
-    ]
+    assert p.stderr.strip().splitlines() == ["hostnet-rdma: error: Volcano Job j: no spec.tasks"]
     assert p.stdout == ""
 
 
@@ -95,10 +93,10 @@ def test_unknown_config_key_is_rejected(tmp_path: Path) -> None:
     assert p.returncode == 2 and "config: inject.shmSise: Extra inputs are not permitted" in p.stderr
 
 
-def test_not_hostnetwork_unchanged() -> None:
+def test_a_pod_not_sent_to_the_webhook_exits_3_unchanged() -> None:
     p = cli("mutate", "-f", str(ROOT / "tests/golden/generic/not-hostnetwork.yaml"), "-o", "patch")
-    assert p.returncode == 0 and json.loads(p.stdout) == []
-    assert "unchanged: not a hostNetwork pod" in p.stderr
+    assert p.returncode == 3 and json.loads(p.stdout) == []
+    assert "unchanged: not sent to the webhook: spec.hostNetwork is not true" in p.stderr
 
 
 def _plugin(*words: str) -> subprocess.CompletedProcess[str]:
@@ -116,8 +114,8 @@ def test_the_kubectl_plugin_takes_kubectls_flags_anywhere() -> None:
         assert p.returncode == 0, p.stderr
         assert json.loads(p.stdout) == json.loads(plain.stdout)
     # A flag a command has no use for is an error, not silently dropped.
-    p = _plugin("--context", "prod", "mutate", "-f", str(POD))
-    assert p.returncode == 2 and "mutate does not read the cluster: --context does not apply" in p.stderr
+    p = _plugin("--context", "prod", "doctor")
+    assert p.returncode == 2 and "doctor does not read the cluster: --context does not apply" in p.stderr
     # Serving the webhook is not a kubectl job; no command prints the usage.
     assert _plugin("serve").returncode == 2
     p = _plugin()

@@ -63,7 +63,9 @@ def differences(expected: Obj, real: Obj) -> list[str]:
         for e in c.get("env") or []:
             want = e.get("value", e.get("valueFrom"))
             if "<" not in str(want) and values.get(e["name"]) != want:
-                out.append(f"container {c['name']} env {e['name']}={want!r}, the real pod has {values.get(e['name'])!r}")
+                out.append(
+                    f"container {c['name']} env {e['name']}={want!r}, the real pod has {values.get(e['name'])!r}"
+                )
         ports = sorted(p["containerPort"] for p in c.get("ports") or [])
         if ports != sorted(p["containerPort"] for p in r.get("ports") or []):
             out.append(f"container {c['name']} ports {ports} != {[p['containerPort'] for p in r.get('ports') or []]}")

@@ -22,6 +22,7 @@ from app.core.wrap import BOOTSTRAP_PATH
 from tests.cluster import jobs
 from tests.cluster.conftest import secret_ca, torch_sites
 from tests.cluster.harness import ROOT, Cluster
+from tests.cluster.held import held_to
 from tests.cluster.release import OFF, ON, RELEASE, RELEASE_NS, helm, image_ref
 from tests.cluster.timings import TIMINGS
 
@@ -156,6 +157,8 @@ def test_indexed_job_completes(cluster: Cluster, release: dict[str, Any]) -> Non
         assert fields["gloo_socket_ifname"] == "eth0", fields
         assert len(re.findall(r"^DDP-OK rank=\d+ world=4 sum=10 ", text, re.M)) == jobs.NPROC, text[-3000:]
     assert sorted(hosts) == ["false", "true"], f"exactly one store host per job, got {hosts}"
+    # The preview (`hostnet-rdma mutate -f`) of this Job as stored: the Job controller's pods.
+    assert held_to([cluster.kubectl_json("get", "job", "ddp", "-n", ON)], found) == []
 
 
 def test_verify_runs_against_the_live_pod(cluster: Cluster, release: dict[str, Any]) -> None:
@@ -192,6 +195,10 @@ def test_statefulset_completes(cluster: Cluster, release: dict[str, Any]) -> Non
     TIMINGS["StatefulSet (opted in) to both torchrun exit 0"] = time.monotonic() - t0
     assert len(texts) == 2, dump(cluster, ON, "app=ddp-sts")
     hosts = []
+    assert (
+        held_to([cluster.kubectl_json("get", "statefulset", "ddp-sts", "-n", ON)], pods(cluster, ON, "app=ddp-sts"))
+        == []
+    )
     for name, text in sorted(texts.items()):
         fields = wrapper_fields(text)
         assert fields["launcher"] == "statefulset" and fields["local_addr"] == f"{name}.ddp-sts", fields

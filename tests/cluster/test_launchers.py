@@ -30,8 +30,10 @@ import yaml
 from tests.cluster import launchers
 from tests.cluster.conftest import torch_sites
 from tests.cluster.harness import ROOT, Cluster, log
+from tests.cluster.held import held_to
 from tests.cluster.release import OFF, RELEASE_NS, image_ref
 from tests.cluster.timings import TIMINGS
+from tests.seedfiles import plain_torchrun
 
 pytestmark = pytest.mark.cluster
 
@@ -250,12 +252,19 @@ def injected_events(c: Cluster, kind: str, name: str, launcher: str, pods: int) 
     return lines
 
 
-def read_back(c: Cluster, ns: str, selector: str, case: str) -> None:
+def read_back(c: Cluster, ns: str, selector: str, case: str, source: tuple[str, str] | None = None) -> None:
     """Keep one real pod per launcher as the API server stored it, in the run's logs, to
-    compare with the golden inputs (tests/golden) when an adapter is in doubt."""
+    compare with the golden inputs (tests/golden) when an adapter is in doubt. With `source`
+    (kind, name): the preview's pods of that object as stored (`hostnet-rdma mutate -f`'s
+    expansion) must be the real controller's (tests/cluster/held.py)."""
     items = pods(c, ns, selector)
     if items:
         (c.logs / f"pod-{case}.json").write_text(json.dumps(items[0], indent=1, sort_keys=True))
+    if source is not None:
+        obj = c.kubectl_json("get", source[0], source[1], "-n", ns)
+        runtimes = c.kubectl_json("get", "clustertrainingruntimes")["items"] if source[0] == "trainjob" else []
+        assert items, f"no pods of {source} to hold the preview to"
+        assert held_to([obj], items, runtimes) == [], held_to([obj], items, runtimes)
 
 
 def run_job(
@@ -285,7 +294,13 @@ def test_pytorchjob_elastic_completes(cluster: Cluster, installed: dict[str, flo
     assert host["local_addr"] == "ddp-pytorchjob-worker-0" and host["endpoint"].startswith("ddp-pytorchjob-worker-0:")
     uid = cluster.kubectl_json("get", "pytorchjob", "ddp-pytorchjob", "-n", ML)["metadata"]["uid"]
     assert all(f["rdzv_id"] == uid for f in fields), fields
-    read_back(cluster, ML, "training.kubeflow.org/job-name=ddp-pytorchjob", "pytorchjob-worker")
+    read_back(
+        cluster,
+        ML,
+        "training.kubeflow.org/job-name=ddp-pytorchjob",
+        "pytorchjob-worker",
+        ("pytorchjob", "ddp-pytorchjob"),
+    )
     # What the webhook did, where the job's submitter looks: an Event on the PyTorchJob, one
     # for both pods (the sender flushes each second).
     t0 = time.monotonic()
@@ -308,7 +323,13 @@ def test_leaderworkerset_completes_with_the_real_lws_webhook(cluster: Cluster, i
                 break
             time.sleep(1)
         TIMINGS["LeaderWorkerSet group to both DDP-OK"] = time.monotonic() - t0
-        read_back(cluster, ML, "leaderworkerset.sigs.k8s.io/name=ddp-lws", "lws-leader-or-worker")
+        read_back(
+            cluster,
+            ML,
+            "leaderworkerset.sigs.k8s.io/name=ddp-lws",
+            "lws-leader-or-worker",
+            ("leaderworkerset", "ddp-lws"),
+        )
         found = dict(sorted(follower.logs.items())[:2])
     finally:
         follower.close()
@@ -333,7 +354,7 @@ def test_trainjob_completes(cluster: Cluster, installed: dict[str, float]) -> No
     world = worlds.pop()
     assert len(found) == 2 and sum(ddp_ok(t, world) for t in found.values()) == world
     assert all(ddp_ok(t, world) < world for t in found.values()), "each pod must hold only part of the world"
-    read_back(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-trainjob", "trainjob-node")
+    read_back(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-trainjob", "trainjob-node", ("trainjob", "ddp-trainjob"))
     cluster.kubectl("delete", "trainjob", "ddp-trainjob", "-n", ML, "--wait=false")
 
 
@@ -342,7 +363,7 @@ def test_plain_jobset_completes_with_the_default_endpoint(cluster: Cluster, inst
                     "ddp-jobset", "jobset.sigs.k8s.io/jobset-name=ddp-jobset", "Completed", "JobSet to Completed")  # fmt: skip
     fields = check_one_store_host(found, "jobset", world=2 * NPROC)
     assert all(f["endpoint"] == "ddp-jobset-workers-0-0.ddp-jobset:23456" for f in fields), fields
-    read_back(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-jobset", "jobset-worker")
+    read_back(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-jobset", "jobset-worker", ("jobset", "ddp-jobset"))
     cluster.kubectl("delete", "jobset", "ddp-jobset", "-n", ML, "--wait=false")
 
 
@@ -390,7 +411,7 @@ def test_seed_trainjob_v2_3_as_written(cluster: Cluster, installed: dict[str, fl
                         "TrainJob (the seed's, Trainer v2.3.0) to Complete")  # fmt: skip
         check_trainjob(found)
         users_env_kept(cluster, selector, docs[0])
-        read_back(cluster, ML, selector, "trainjob-seed-node")
+        read_back(cluster, ML, selector, "trainjob-seed-node", ("trainjob", "ddp-rdma"))
     finally:
         cluster.kubectl("delete", "trainjob", "ddp-rdma", "-n", ML, "--wait=true", "--timeout=60s", check=False)
 
@@ -612,7 +633,7 @@ def test_volcano_example_completes(cluster: Cluster, installed: dict[str, float]
     assert all(f["endpoint"] == "ddp-volcano-worker-0.ddp-volcano:23456" and f["nnodes"] == "2" for f in fields), fields
     uid = cluster.kubectl_json("get", "vcjob", "ddp-volcano", "-n", ML)["metadata"]["uid"]
     assert all(f["rdzv_id"] == uid for f in fields), fields
-    read_back(cluster, ML, "volcano.sh/job-name=ddp-volcano", "volcano-worker")
+    read_back(cluster, ML, "volcano.sh/job-name=ddp-volcano", "volcano-worker", ("vcjob", "ddp-volcano"))
     injected_events(cluster, "vcjob", "ddp-volcano", "volcano", pods=2)
     cluster.kubectl("delete", "vcjob", "ddp-volcano", "-n", ML, "--wait=true", "--timeout=60s")
 
@@ -622,25 +643,6 @@ def seed_volcano_c10d(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     return example("volcano-c10d", namespace, image_ref(cluster, "train"), torch_sites(), SEED)
 
 
-def plain_torchrun(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A seed job file with its rendezvous shell replaced by plain torchrun, nothing else changed
-    (what a user moving to the webhook does): `torchrun --nproc-per-node=N /scripts/train.py`."""
-
-    def walk(x: Any) -> None:
-        if isinstance(x, dict):
-            for c in x.get("containers") or []:
-                if any("torchrun" in a for a in c.get("args") or []):
-                    c["args"] = [f"torchrun --nproc-per-node={NPROC} /scripts/train.py\n"]
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(docs)
-    return docs
-
-
 def test_seed_job_files_with_plain_torchrun_complete_in_a_labelled_namespace(
     cluster: Cluster, installed: dict[str, float]
 ) -> None:
@@ -648,7 +650,7 @@ def test_seed_job_files_with_plain_torchrun_complete_in_a_labelled_namespace(
     replaced by plain torchrun and no pod label: the namespace's label is enough (opt-in mode
     namespace, the default). The webhook derives endpoint, node count, id and the store host."""
     image, sites = image_ref(cluster, "train"), torch_sites()
-    volcano = plain_torchrun(example("volcano-c10d", ML, image, sites, SEED))
+    volcano = plain_torchrun(example("volcano-c10d", ML, image, sites, SEED), NPROC)
     assert "labels" not in volcano[0]["spec"]["tasks"][0]["template"].get("metadata", {})
     found = run_volcano(cluster, volcano, "ddp-volcano-c10d",
                         "Volcano Job (the seed's volcano-c10d.yaml, plain torchrun, no pod label) to Completed")  # fmt: skip
@@ -656,8 +658,9 @@ def test_seed_job_files_with_plain_torchrun_complete_in_a_labelled_namespace(
     uid = cluster.kubectl_json("get", "vcjob", "ddp-volcano-c10d", "-n", ML)["metadata"]["uid"]
     assert all(f["endpoint"] == "ddp-volcano-c10d-worker-0.ddp-volcano-c10d:23456" and f["nnodes"] == "2"
                and f["rdzv_id"] == uid for f in fields), fields  # fmt: skip
+    read_back(cluster, ML, "volcano.sh/job-name=ddp-volcano-c10d", "volcano-seed-plain", ("vcjob", "ddp-volcano-c10d"))
     cluster.kubectl("delete", "vcjob", "ddp-volcano-c10d", "-n", ML, "--wait=true", "--timeout=60s")
-    pytorchjob = plain_torchrun(example("pytorchjob-c10d", ML, image, sites, SEED))
+    pytorchjob = plain_torchrun(example("pytorchjob-c10d", ML, image, sites, SEED), NPROC)
     pytorchjob[0]["metadata"]["namespace"] = ML
     assert "metadata" not in pytorchjob[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
     selector = "training.kubeflow.org/job-name=ddp-pytorchjob-c10d"
@@ -667,6 +670,7 @@ def test_seed_job_files_with_plain_torchrun_complete_in_a_labelled_namespace(
         fields = check_one_store_host(found, "pytorchjob", world=2 * NPROC)
         host = next(f for f in fields if f["is_host"] == "true")
         assert host["local_addr"] == "ddp-pytorchjob-c10d-worker-0", fields
+        read_back(cluster, ML, selector, "pytorchjob-seed-plain", ("pytorchjob", "ddp-pytorchjob-c10d"))
     finally:
         cluster.kubectl("delete", "pytorchjob", "ddp-pytorchjob-c10d", "-n", ML, "--wait=true", "--timeout=60s",
                         check=False)  # fmt: skip
@@ -697,7 +701,9 @@ def test_volcano_seed_job_with_its_own_shell(cluster: Cluster, installed: dict[s
     fields = check_one_store_host(found, "volcano", world=2 * NPROC)
     host = next(f for f in fields if f["is_host"] == "true")
     assert host["local_addr"] == "ddp-volcano-c10d-worker-0.ddp-volcano-c10d", fields
-    read_back(cluster, ML, "volcano.sh/job-name=ddp-volcano-c10d", "volcano-seed-c10d-worker")
+    read_back(
+        cluster, ML, "volcano.sh/job-name=ddp-volcano-c10d", "volcano-seed-c10d-worker", ("vcjob", "ddp-volcano-c10d")
+    )
     cluster.kubectl("delete", "vcjob", "ddp-volcano-c10d", "-n", ML, "--wait=true", "--timeout=60s")
 
 
@@ -755,7 +761,7 @@ def test_volcano_plugin_shapes_read_from_source_only_until_now(cluster: Cluster,
         fields = check_one_store_host(found, "volcano", world=2 * NPROC)
         host = next(f for f in fields if f["is_host"] == "true")
         assert host["local_addr"] == store and all(f["nnodes"] == "2" for f in fields), (name, fields)
-        read_back(cluster, ML, selector, f"volcano-{name}")
+        read_back(cluster, ML, selector, f"volcano-{name}", ("vcjob", name))
         cluster.kubectl("delete", "vcjob", name, "-n", ML, "--wait=false")
 
 

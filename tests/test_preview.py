@@ -1,0 +1,153 @@
+"""The preview of job files (`mutate -f`, `explain -f`): each launcher's controller's pods
+(app.controllers), mutated as a default install would, and what each pod's wrapper decides.
+The expansions are held to the real controllers' pods in the cluster tier (tests/cluster/held.py);
+here, to the pods read back from them earlier (tests/golden), and the decisions, table by table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app import chart, config, controllers, preview, review
+from app.core import selection
+from tests.cliutil import run_cli
+from tests.cluster.held import differences
+from tests.seedfiles import load, plain_torchrun
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "deploy" / "examples"
+GOLDEN = ROOT / "tests" / "golden"
+DEFAULT = config.from_dict(chart.from_values(None))
+
+
+def rows_of(docs: list[dict[str, Any]], namespace: str = "ml") -> list[preview.Row]:
+    expansions = controllers.expand(docs, namespace)
+    cms = {k: v for ex in expansions for k, v in ex.configmaps.items()}
+    return preview.rows(
+        expansions, lambda ns: review.params_for(DEFAULT, ns), selection.from_config(DEFAULT), None, cms
+    )
+
+
+FIELD_REPORT = {
+    "volcano-c10d": ("volcano-c10d",),
+    "pytorchjob-c10d": ("pytorchjob-c10d",),
+    "volcano-etcd": ("volcano-etcd",),
+    "trainer-v2": ("trainer-v2-runtime", "trainer-v2-trainjob"),
+    "trainer-v2-kueue": ("trainer-v2-runtime", "trainer-v2-trainjob-kueue"),
+}
+
+
+@pytest.mark.parametrize("name", list(FIELD_REPORT))
+def test_the_field_reports_files_with_plain_torchrun_have_one_store_host_per_job(name: str) -> None:
+    docs = plain_torchrun([d for f in FIELD_REPORT[name] for d in load(f)])
+    rows = rows_of(docs)
+    print("\n" + name + "\n" + preview_table(rows))
+    assert len(rows) == 2 and all(r.sent and r.mutated and not r.refusal for r in rows), [r.reason for r in rows]
+    hosts = [r.store_host for r in rows]
+    if name == "volcano-etcd":
+        assert hosts == ["- (etcd)", "- (etcd)"]  # etcd holds the rendezvous: no store host
+    else:
+        assert hosts == ["yes", "no"], hosts
+    assert all(r.nnodes.split(":")[-1] == "2" for r in rows), [r.nnodes for r in rows]
+    assert len({r.local_addr for r in rows}) == 2 and all(r.local_addr for r in rows)
+
+
+def preview_table(rows: list[preview.Row]) -> str:
+    from app.cli.explain import table
+
+    return table(rows)
+
+
+def test_an_ip_endpoint_is_decided_on_the_node() -> None:
+    docs = load("volcano-c10d")
+    docs = plain_torchrun(docs)
+    tmpl = docs[0]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    tmpl["args"] = ["torchrun --nproc-per-node=8 --rdzv-endpoint=10.0.0.1:23456 /scripts/train.py\n"]
+    rows = rows_of(docs)
+    assert [r.store_host for r in rows] == ["decided on the node by its addresses"] * 2
+    assert any("names no pod of this job" in w for w in rows[0].warnings), rows[0].warnings
+
+
+def test_a_wrapper_that_would_refuse_is_said_and_fails_explain(tmp_path: Path) -> None:
+    """A JobSet without --nnodes: pod 0 would train alone; every pod's wrapper refuses."""
+    js = yaml.safe_load_all((EXAMPLES / "jobset.yaml").read_text())
+    (doc,) = [d for d in js if d]
+    c = doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    c["command"] = ["torchrun", "--nproc-per-node=8", "/scripts/train.py"]
+    f = tmp_path / "js.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    p = run_cli("explain", "-f", str(f))
+    assert p.returncode == preview.EXIT_REFUSES, p.stdout + p.stderr
+    assert "wrapper will refuse to start: --nnodes not given" in p.stdout
+
+
+def test_pods_not_sent_to_the_webhook_exit_3() -> None:
+    """kube-system is excluded; a pod labelled disabled opts out: reported, not mutated."""
+    p = run_cli("mutate", "-f", str(EXAMPLES / "volcano-job.yaml"), "-n", "kube-system", "-o", "json")
+    assert p.returncode == preview.EXIT_NOT_SENT, p.stderr
+    assert "not sent to the webhook: namespace kube-system is excluded from the webhook" in p.stderr
+    listed = json.loads(p.stdout)
+    assert listed["kind"] == "List" and all("hostnet-rdma.io/injected" not in (i["metadata"].get("annotations") or {})
+                                           for i in listed["items"])  # fmt: skip
+
+
+@pytest.mark.parametrize("example", ["jobset", "pytorchjob", "leaderworkerset", "volcano-job", "trainjob"])
+def test_every_example_previews_with_one_store_host(example: str) -> None:
+    p = run_cli("explain", "-f", str(EXAMPLES / f"{example}.yaml"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = [ln for ln in p.stdout.splitlines()[1:] if ln and not ln.startswith(" ") and ":" not in ln.split()[0]]
+    store = [ln.split()[4] for ln in lines]
+    assert store.count("yes") == 1 and len(store) == 2, p.stdout
+
+
+def test_mutate_of_a_job_file_is_a_list_of_the_stored_pods() -> None:
+    p = run_cli("mutate", "-f", str(EXAMPLES / "trainjob.yaml"), "-o", "json")
+    assert p.returncode == 0, p.stderr
+    listed = json.loads(p.stdout)
+    assert listed["kind"] == "List" and len(listed["items"]) == 2
+    for pod in listed["items"]:
+        status = json.loads(pod["metadata"]["annotations"]["hostnet-rdma.io/injected"])
+        assert status["launcher"] == "trainjob"
+        # What a default install does: the wrapper image mounted as an image volume.
+        (vol,) = [v for v in pod["spec"]["volumes"] if v["name"] == "hostnet-rdma"]
+        assert vol["image"]["reference"] == f"{chart.IMAGE_REPOSITORY}-wrapper:{chart.__version__}"
+    patches = json.loads(run_cli("mutate", "-f", str(EXAMPLES / "trainjob.yaml"), "-o", "patch").stdout)
+    assert [x["pod"] for x in patches] == ["ddp-trainjob-node-0-0-…", "ddp-trainjob-node-0-1-…"]
+
+
+def test_the_chart_config_block_is_read_as_the_chart_renders_it(tmp_path: Path) -> None:
+    """`--config` with the chart's own config: block (`delivery: auto`) and a --kube-version
+    before image volumes: the init container from the webhook's image, as the chart would."""
+    values = yaml.safe_load((ROOT / "charts" / "hostnet-rdma" / "values.yaml").read_text())
+    f = tmp_path / "config.yaml"
+    f.write_text(yaml.safe_dump(values["config"]))
+    p = run_cli(
+        "mutate", "-f", str(EXAMPLES / "volcano-job.yaml"), "--config", str(f), "--kube-version", "1.33", "-o", "json"
+    )
+    assert p.returncode == 0, p.stderr
+    pod = json.loads(p.stdout)["items"][0]
+    (init,) = pod["spec"]["initContainers"]
+    assert init["image"] == f"{chart.IMAGE_REPOSITORY}:{chart.__version__}"
+    bad = run_cli("mutate", "-f", str(EXAMPLES / "volcano-job.yaml"), "--config", str(f), "--kube-version", "one")
+    assert bad.returncode == 2 and "is not a Kubernetes version" in bad.stderr
+
+
+# Pods read back from the real controllers (tests/golden), and the example each came from.
+READ_BACK = {"jobset/v0.12.0-workers-0-0": ("jobset", ()), "trainjob/trainer-v2.3.0-node-0-0": ("trainjob", ())}
+
+
+@pytest.mark.parametrize("case", list(READ_BACK))
+def test_the_expansion_is_the_pod_the_controller_created(case: str) -> None:
+    """Metadata, hostname and subdomain of the preview's pod 0 against the pod the controller
+    created from the same example (its uids and hashes being the cluster's)."""
+    golden = yaml.safe_load((GOLDEN / f"{case}.yaml").read_text())
+    golden["metadata"]["labels"].pop("hostnet-rdma.io/inject")  # the examples' old pod label
+    example, _ = READ_BACK[case]
+    pods = [p for ex in controllers.expand([d for d in yaml.safe_load_all((EXAMPLES / f"{example}.yaml").read_text()) if d],
+                                           "ml") for p in ex.pods]  # fmt: skip
+    diffs = [d for d in differences(pods[0], golden) if not d.startswith("container")]
+    assert diffs == [], diffs
