@@ -322,6 +322,21 @@ def list_pods(api: client.ApiClient, namespace: str, selector: str) -> list[dict
     return sorted(items, key=lambda p: str(p["metadata"]["name"]))
 
 
+def list_nodes(api: client.ApiClient) -> list[dict[str, Any]]:
+    resp: Any = client.CoreV1Api(api).list_node(_preload_content=False)
+    items: list[dict[str, Any]] = json.loads(resp.data)["items"]
+    return items
+
+
+def list_all_pods(api: client.ApiClient) -> list[dict[str, Any]]:
+    """Every pod that is not finished, in every namespace (what holds a node's resources)."""
+    resp: Any = client.CoreV1Api(api).list_pod_for_all_namespaces(
+        field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False
+    )
+    items: list[dict[str, Any]] = json.loads(resp.data)["items"]
+    return items
+
+
 def mutating_webhook_configurations(api: client.ApiClient) -> list[dict[str, Any]]:
     resp: Any = client.AdmissionregistrationV1Api(api).list_mutating_webhook_configuration(_preload_content=False)
     items: list[dict[str, Any]] = json.loads(resp.data)["items"]
@@ -370,6 +385,16 @@ class Objects:
         found: Any = resource.get(namespace=namespace)
         items: list[dict[str, Any]] = found.to_dict().get("items") or []
         return items
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        """Delete an object and, in the background, what it owns (its pods); gone already is fine."""
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        meta = obj.get("metadata") or {}
+        try:
+            resource.delete(name=meta["name"], namespace=meta.get("namespace"), propagation_policy="Background")
+        except ApiException as e:
+            if e.status != 404:
+                raise
 
     def create_namespace(self, name: str, labels: dict[str, str]) -> None:
         body = client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels))

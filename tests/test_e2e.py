@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -421,3 +422,92 @@ def test_the_namespace_is_said_deleted_only_once_it_is_gone() -> None:
     assert not run.delete_namespace(stuck, "e2e-y", said.append, wait=0.05, poll=0.01)
     assert stuck.deleted == ["e2e-y"]
     assert said == ["namespace e2e-y still terminating after 0.05s: kubectl get pods -n e2e-y"]
+
+
+# ------------------------------------------------------------------------------ GPU clusters
+
+
+def _node(name: str, gpus: int = 8, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"node.kubernetes.io/instance-type": "BM.GPU4.8"}}, "spec": spec,
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+
+
+def _pod_on(node: str, gpus: int, phase: str = "Running") -> dict[str, Any]:
+    return {"spec": {"nodeName": node, "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": phase}}  # fmt: skip
+
+
+def test_the_capacity_check_names_the_nodes_that_fit() -> None:
+    from app.e2e import capacity
+
+    gpu = Params(
+        namespace="e2e", image="i", gpus_per_node=8, node_selector={"node.kubernetes.io/instance-type": "BM.GPU4.8"}
+    )
+    nodes = [_node("a"), _node("b"), _node("c"), _node("d", unschedulable=True), _node("e", taints=[
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule"}]), _node("f", gpus=4)]  # fmt: skip
+    fit = capacity.check(nodes, [_pod_on("c", 2), _pod_on("b", 8, "Succeeded")], gpu)
+    assert fit.fits == ["a", "b"]
+    assert fit.why_not == {"c": "nvidia.com/gpu: 6 free of 8 allocatable, 8 needed", "d": "cordoned (unschedulable)",
+                           "e": "taint nvidia.com/gpu:NoSchedule not tolerated",
+                           "f": "nvidia.com/gpu: 4 free of 4 allocatable, 8 needed"}  # fmt: skip
+    tolerant = Params(namespace="e2e", image="i", gpus_per_node=8, tolerations=("nvidia.com/gpu",))
+    assert "e" in capacity.check(nodes, [], tolerant).fits
+
+
+def test_gpu_jobs_run_one_after_another_after_the_capacity_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On two 8-GPU nodes only one job fits at a time: the run checks the nodes first, then runs
+    the jobs one by one, each with its own timeout, deleting each once decided (pods that idle
+    after training hold their GPUs); too few nodes stop the run before anything is created."""
+    from app import kube
+    from app.e2e import outcome, run
+
+    gpu = Params(namespace="", image="i", gpus_per_node=8)
+    monkeypatch.setattr(run, "opt_in_labels", lambda api: ({}, {}, "namespace"))
+    monkeypatch.setattr(run, "present", lambda objects: dict.fromkeys(LAUNCHERS, True))
+    monkeypatch.setattr(kube, "list_nodes", lambda api: [_node("a"), _node("b")])
+    monkeypatch.setattr(kube, "list_all_pods", lambda api: [])
+    created: list[str] = []
+
+    class Objects:
+        def __init__(self, api: Any) -> None: ...
+        def create_namespace(self, name: str, labels: dict[str, str]) -> None: ...
+        def create(self, obj: dict[str, Any]) -> None: ...
+        def delete(self, obj: dict[str, Any]) -> None: ...
+        def delete_namespace(self, name: str) -> None: ...
+        def namespace_exists(self, name: str) -> bool:
+            return False
+
+        def service_account_exists(self, namespace: str) -> bool:
+            return True
+
+    running: list[str] = []
+    overlap: list[int] = []
+
+    def follow(self: run.Follow) -> None:
+        running.append(self.launcher)
+        overlap.append(len(running))
+        created.append(self.launcher)
+        time.sleep(0.02)
+        running.remove(self.launcher)
+        self.result = outcome.Result(self.launcher, "passed")
+
+    monkeypatch.setattr(kube, "Objects", Objects)
+    monkeypatch.setattr(run.Follow, "follow", follow)
+    monkeypatch.setattr(run.Follow, "remove", lambda self, wait=120: created.append(f"-{self.launcher}"))
+    said: list[str] = []
+    results = run.run(object(), run.Options(gpu), say=said.append)
+    assert [r.outcome for r in results] == ["passed"] * len(LAUNCHERS)
+    assert max(overlap) == 1 and len(created) == 2 * len(LAUNCHERS)
+    assert any(line.startswith("capacity: 2 node(s) fit a pod with 8 nvidia.com/gpu: a, b") for line in said), said
+    assert any("one after another" in line for line in said), said
+    # Side by side when asked (--parallel), and without GPUs.
+    overlap.clear()
+    run.run(object(), run.Options(gpu, parallel=7), say=said.append)
+    assert max(overlap) > 1
+    # One node free: a 2-node job cannot run; nothing is created.
+    monkeypatch.setattr(kube, "list_all_pods", lambda api: [_pod_on("b", 8)])
+    created.clear()
+    with pytest.raises(run.E2EError, match=r"1 node\(s\) can take a pod with 8 nvidia.com/gpu \(a\), a job needs 2: "
+                                           r"b: nvidia.com/gpu: 0 free of 8 allocatable"):  # fmt: skip
+        run.run(object(), run.Options(gpu), say=said.append)
+    assert created == []

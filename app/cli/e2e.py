@@ -58,8 +58,10 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         host_paths=tuple(args.torch_host_path),
         size_mb=args.size_mb if args.size_mb is not None else (256.0 if backend == "nccl" else 4.0),
     )  # fmt: skip
+    if args.parallel < 0:
+        return error("--parallel must be 0 (the default) or more")
     opts = run.Options(params=params, launchers=launchers, timeout=args.timeout, keep=args.keep,
-                       cluster_queue=args.cluster_queue or "")  # fmt: skip
+                       cluster_queue=args.cluster_queue or "", parallel=args.parallel or None)  # fmt: skip
     quiet = args.output == "json"
     try:
         api = kube.api_client(args.kubeconfig, args.context)
@@ -113,6 +115,9 @@ def register(sub: Any) -> None:
     e.add_argument("--size-mb", type=float, help="all_reduce buffer for the bandwidth figure (default 256 with "
                                                  "NCCL, 4 with gloo)")  # fmt: skip
     e.add_argument("--timeout", type=float, default=600, help="seconds per job, image pulls included (default 600)")
+    e.add_argument("--parallel", type=int, default=0, metavar="N",
+                   help="jobs at once (default: one after another with --gpus-per-node, after checking that enough "
+                        "nodes have the GPUs free; all side by side without GPUs)")  # fmt: skip
     e.add_argument("--namespace-name", help="the namespace to create (default hostnet-rdma-e2e-<random>)")
     e.add_argument("--keep", action="store_true", help="keep the namespace and its jobs afterwards")
     e.add_argument("--cluster-queue", metavar="NAME",

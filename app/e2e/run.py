@@ -9,6 +9,7 @@ installed with other values is exercised as it is.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Any
 
 from app import kube
 from app.core import selection
-from app.e2e import outcome
+from app.e2e import capacity, outcome
 from app.e2e.jobs import JOB_LABEL, LAUNCHERS, Params, job_name, manifests, script_configmap
 
 WEBHOOK = "pods.hostnet-rdma.io"  # the chart's webhook name (mutatingwebhookconfiguration.yaml)
@@ -49,6 +50,10 @@ class Options:
     keep: bool = False
     poll: float = 2.0
     cluster_queue: str = ""  # Kueue: submit the jobs through a LocalQueue for this ClusterQueue
+    # Jobs at once. None: one at a time when they request GPUs (a GPU cluster has room for one
+    # job's worth, and launchers without gang scheduling would each hold a node and wait), all
+    # at once otherwise.
+    parallel: int | None = None
 
 
 def opt_in_labels(api: Any, webhook: str = WEBHOOK) -> tuple[dict[str, str], dict[str, str], str]:
@@ -113,11 +118,30 @@ class Follow:
                 continue  # the container is between states; read it next time
         return out
 
-    def run(self) -> None:
+    def run(self, slots: threading.Semaphore | None = None, clean: bool = False) -> None:
+        """Submit and follow the job once a slot is free (its timeout counts from then); with
+        `clean`, delete it once decided, so the next job finds its nodes free."""
+        with slots if slots is not None else contextlib.nullcontext():
+            try:
+                self.follow()
+            except Exception as e:  # a bug or an API error mid-run: this job's result, not a lost thread
+                self.result = outcome.Result(self.launcher, "failed", detail=f"the e2e run itself failed: {e!r}")
+            if clean:
+                self.remove()
+
+    def remove(self, wait: float = 120) -> None:
+        """Delete the job's objects and wait (bounded) until its pods are gone: pods that idle
+        after training (StatefulSet, LeaderWorkerSet) hold their GPUs until then."""
         try:
-            self.follow()
-        except Exception as e:  # a bug or an API error mid-run: this job's result, not a lost thread
-            self.result = outcome.Result(self.launcher, "failed", detail=f"the e2e run itself failed: {e!r}")
+            for obj in manifests(self.launcher, self.params):
+                self.objects.delete(obj)
+            deadline = time.monotonic() + wait
+            while kube.list_pods(self.api, self.params.namespace, f"{JOB_LABEL}={self.name}"):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(self.poll)
+        except kube.ApiException:
+            pass  # the namespace goes at the end of the run anyway
 
     def follow(self) -> None:
         t0 = time.monotonic()
@@ -246,9 +270,13 @@ def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Res
         if objects.get(version, "ClusterQueue", "", opts.cluster_queue) is None:
             raise E2EError(f"--cluster-queue {opts.cluster_queue}: no such ClusterQueue (kubectl get clusterqueues)")
         params = replace(params, kueue_queue=LOCAL_QUEUE)
+    at_once = len(runnable) or 1
     if runnable:
+        at_once = jobs_at_once(api, params, opts, len(runnable), say)
         say(f"namespace {namespace}: {', '.join(runnable)} ({params.nodes} nodes x {params.nproc_per_node} "
-            f"{params.backend} ranks each, timeout {opts.timeout:.0f}s)")  # fmt: skip
+            f"{params.backend} ranks each, timeout {opts.timeout:.0f}s each"
+            + (", one after another)" if at_once == 1 and len(runnable) > 1 else
+               f", {at_once} at a time)" if at_once < len(runnable) else ", side by side)"))  # fmt: skip
         say(
             f"opt-in mode {mode}: "
             + (
@@ -272,7 +300,10 @@ def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Res
                 objects.create(local_queue(namespace, version, opts.cluster_queue))
             objects.create(script_configmap(params, script()))
             follows = [Follow(api, objects, n, params, opts.timeout, opts.poll) for n in runnable]
-            threads = [threading.Thread(target=f.run, name=f"e2e-{f.launcher}", daemon=True) for f in follows]
+            slots = threading.Semaphore(at_once)
+            one_by_one = at_once < len(follows)
+            threads = [threading.Thread(target=f.run, args=(slots, one_by_one), name=f"e2e-{f.launcher}", daemon=True)
+                       for f in follows]  # fmt: skip
             for t in threads:
                 t.start()
             for f, t in zip(follows, threads, strict=True):
@@ -286,6 +317,22 @@ def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Res
             else:
                 delete_namespace(objects, namespace, say)
     return [results[n] for n in wanted]
+
+
+def jobs_at_once(api: Any, params: Params, opts: Options, jobs: int, say: Callable[[str], None]) -> int:
+    """How many jobs run at once, after checking that the cluster has room for one (with GPUs:
+    nodes that are schedulable, selected, tolerated, with the GPUs free). Stops the run before
+    anything is created when fewer nodes fit than a job needs."""
+    if not params.gpus_per_node:
+        return max(1, min(jobs, opts.parallel or jobs))
+    fit = capacity.check(kube.list_nodes(api), kube.list_all_pods(api), params)
+    if len(fit.fits) < params.nodes:
+        why = "; ".join(f"{n}: {r}" for n, r in fit.why_not.items()) or "no nodes"
+        raise E2EError(f"{len(fit.fits)} node(s) can take a pod with {params.gpus_per_node} {params.gpu_resource} "
+                       f"({', '.join(fit.fits) or 'none'}), a job needs {params.nodes}: {why}")  # fmt: skip
+    say(f"capacity: {len(fit.fits)} node(s) fit a pod with {params.gpus_per_node} {params.gpu_resource}: "
+        f"{', '.join(fit.fits)}" + (f" (not: {'; '.join(f'{n}: {r}' for n, r in fit.why_not.items())})" if fit.why_not else ""))  # fmt: skip
+    return max(1, min(jobs, opts.parallel or 1))
 
 
 def delete_namespace(objects: Any, namespace: str, say: Callable[[str], None], wait: float = 120,

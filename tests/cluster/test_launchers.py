@@ -815,9 +815,12 @@ STORE_HOST = {"job": r"e2e-job-0-\w+", "statefulset": "e2e-statefulset-0", "jobs
 
 
 def test_e2e_suite_on_the_namespace_cluster(cluster: Cluster, installed: dict[str, float]) -> None:
-    """The suite's default target, in-process: every launcher passes (one world across both
-    nodes, torchrun wrapped, one store host: the pod each launcher's rule names), all seven side
-    by side. (Launchers a cluster lacks: tests/apiserver, where none is installed.)"""
+    """The suite's default target, in-process, as on a GPU cluster: each pod asks for the nodes'
+    one GPU stand-in (test.hostnet-rdma.io/gpu: 1 per node, as 8 GPUs on 8-GPU nodes), so only
+    one job fits at a time. The run checks the nodes first, then runs the seven one after
+    another, each with its own timeout; every launcher passes (one world across both nodes,
+    torchrun wrapped, one store host: the pod each launcher's rule names) and none waits on
+    another. (Launchers a cluster lacks: tests/apiserver, where none is installed.)"""
     from app import kube
     from app.e2e import jobs as e2e_jobs
     from app.e2e import run as e2e_run
@@ -825,11 +828,19 @@ def test_e2e_suite_on_the_namespace_cluster(cluster: Cluster, installed: dict[st
 
     sites = tuple(str(s) for s in torch_sites())
     params = e2e_jobs.Params(namespace="", image=image_ref(cluster, "train"), image_pull_policy="Never",
-                             host_paths=sites)  # fmt: skip
+                             host_paths=sites, gpus_per_node=1, gpu_resource=GPU, backend="gloo")  # fmt: skip
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        log(line)
+
     t0 = time.monotonic()
-    results = e2e_run.run(kube.api_client(str(cluster.kubeconfig)), e2e_run.Options(params, timeout=300), say=log)
-    TIMINGS["e2e suite, in-process (7 launchers side by side)"] = time.monotonic() - t0
+    results = e2e_run.run(kube.api_client(str(cluster.kubeconfig)), e2e_run.Options(params, timeout=300), say=say)
+    TIMINGS["e2e suite, in-process, GPU stand-in (7 launchers one after another)"] = time.monotonic() - t0
     log(table(results))
+    assert any(line.startswith(f"capacity: 2 node(s) fit a pod with 1 {GPU}: ") for line in said), said
+    assert any("one after another" in line for line in said), said
     by = {r.launcher: r for r in results}
     assert sorted(by) == sorted(STORE_HOST), by
     for name, r in by.items():
@@ -837,6 +848,7 @@ def test_e2e_suite_on_the_namespace_cluster(cluster: Cluster, installed: dict[st
         assert r.world == 2 and len(r.store_hosts) == 1 and re.fullmatch(STORE_HOST[name], r.store_hosts[0]), r
         assert r.rendezvous == ("static" if name == "trainjob" else "c10d"), r
         assert r.nccl == "n/a (gloo on CPU)" and r.webhook, r
+        assert r.seconds < 300, r  # its own timeout, not the others'
 
 
 def test_e2e_command_through_a_users_kubeconfig(cluster: Cluster, installed: dict[str, float]) -> None:
