@@ -68,12 +68,16 @@ def check(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], params: Param
         elif wrong:
             fit.why_not[name] = "not selected: " + ", ".join(f"{k}={labels.get(k, '(none)')}" for k in wrong)
         elif taints:
-            fit.why_not[name] = "taint " + ", ".join(f"{t.get('key')}:{t.get('effect')}" for t in taints) + " not tolerated"
+            fit.why_not[name] = (
+                "taint " + ", ".join(f"{t.get('key')}:{t.get('effect')}" for t in taints) + " not tolerated"
+            )
         elif params.gpus_per_node:
             allocatable = _count((status.get("allocatable") or {}).get(params.gpu_resource, 0))
             free = allocatable - used.get(name, 0)
             if free < params.gpus_per_node:
-                fit.why_not[name] = f"{params.gpu_resource}: {free} free of {allocatable} allocatable, {params.gpus_per_node} needed"
+                fit.why_not[name] = (
+                    f"{params.gpu_resource}: {free} free of {allocatable} allocatable, {params.gpus_per_node} needed"
+                )
             else:
                 fit.fits.append(name)
         else:
