@@ -47,7 +47,7 @@ clean:
 bench: setup
 	$(PY) scripts/bench/run.py --out scripts/bench/results.json
 
-# The end-to-end check of a cluster with the chart installed (README: "Test your cluster"):
+# The end-to-end check of a cluster with the chart installed (docs/checking.md, "Test your cluster"):
 #   make e2e E2E_ARGS="--context prod --gpus-per-node 8 --node-selector node.kubernetes.io/instance-type=BM.GPU4.8"
 e2e: setup
 	$(VENV)/bin/hostnet-rdma e2e $(E2E_ARGS)

@@ -48,7 +48,7 @@ JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 
 # Warning text -> reason, first match wins. Reasons are a contract (users filter on them:
-# `kubectl get events --field-selector reason=NodeCountUnknown`); the README lists them.
+# `kubectl get events --field-selector reason=NodeCountUnknown`); docs/configuration.md lists them.
 REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), reason)
     for pattern, reason in (

@@ -21,7 +21,7 @@ from app.wrapper import rules
 
 Obj = dict[str, Any]
 
-# Exit codes of `mutate -f` / `explain -f` (documented in the CLI's help and the README).
+# Exit codes of `mutate -f` / `explain -f` (documented in the CLI's help and docs/checking.md).
 EXIT_OK, EXIT_REFUSES, EXIT_USAGE, EXIT_NOT_SENT = 0, 1, 2, 3
 
 

@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-TROUBLESHOOTING = 'the hostnet-rdma README, Troubleshooting, "NCCL uses sockets, or no GDRDMA"'
+TROUBLESHOOTING = 'hostnet-rdma\'s docs/troubleshooting.md, "NCCL uses sockets, or no GDRDMA"'
 
 _USING_NETWORK = re.compile(r"NCCL INFO Using network (\w+)")
 _IB_DEVICES = re.compile(r"NCCL INFO NET/IB\s*:\s*Using (.*?)(?:;|$)")

@@ -71,7 +71,7 @@ def test_verify_cli_table_and_exit_codes() -> None:
     bad = cli("verify", "--log", str(LOGS / "socket-fallback.log"))
     assert bad.returncode == 1
     assert "FAIL  transport        Using network Socket" in bad.stdout
-    assert "What to do:" in bad.stdout and 'README, Troubleshooting, "NCCL uses sockets, or no GDRDMA"' in bad.stdout
+    assert "What to do:" in bad.stdout and 'docs/troubleshooting.md, "NCCL uses sockets, or no GDRDMA"' in bad.stdout
 
 
 def test_verify_cli_json() -> None:

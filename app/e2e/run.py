@@ -75,7 +75,7 @@ def opt_in_labels(api: Any, webhook: str = WEBHOOK) -> tuple[dict[str, str], dic
             return ns_labels, pod_labels, selection.mode(selection.from_webhook(hook))
     raise E2EError(
         f"the hostnet-rdma webhook is not installed on this cluster (no MutatingWebhookConfiguration has a webhook "
-        f"named {webhook}): install the chart first (README: Install)"
+        f"named {webhook}): install the chart first (README, Install)"
     )
 
 

@@ -28,7 +28,7 @@ from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional,
 # The file an init container installs beside the `torchrun` shim; the training container's
 # command becomes [BIN_DIR/BOOTSTRAP_FILE, *original argv].
 BOOTSTRAP_FILE = "bootstrap"
-# Env the webhook sets for the wrapper (documented in the README). Everything else reads these.
+# Env the webhook sets for the wrapper (documented in docs/wrapper.md). Everything else reads these.
 ENV_PREFIX = "HOSTNET_RDMA_"
 ENV_LAUNCHER = "HOSTNET_RDMA_LAUNCHER"
 ENV_LOCAL_ADDR = "HOSTNET_RDMA_LOCAL_ADDR"

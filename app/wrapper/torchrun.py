@@ -8,7 +8,7 @@ real torchrun. User-given values always win.
 The decision is made in rules.py (shared with the webhook); this module does the I/O around it:
 DNS waits, interface lookup, version checks, logging, exec. Two entries: main() behind the PATH
 shim, intercept() from the Python start-up hook (sitecustomize.py) for a torchrun started any
-other way. Inputs come from HOSTNET_RDMA_* env set by the admission webhook (see README).
+other way. Inputs come from HOSTNET_RDMA_* env set by the admission webhook (see docs/wrapper.md).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ expand_sum = rules.expand_sum
 PREFIX = "hostnet-rdma"
 
 
-# Where each refusal is explained: a section of the project README's Troubleshooting chapter.
+# Where each refusal is explained: a section of the project's docs/troubleshooting.md.
 def _see(section: str) -> str:
-    return f'See the hostnet-rdma README, Troubleshooting, "{section}"'
+    return f'See hostnet-rdma\'s docs/troubleshooting.md, "{section}"'
 
 
 ETCD_BACKENDS = rules.ETCD_BACKENDS
