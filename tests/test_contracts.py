@@ -50,7 +50,9 @@ def test_env_names_are_spelled_only_in_the_rules_module() -> None:
 
 
 def test_every_wrapper_env_name_is_documented_and_every_documented_one_exists() -> None:
-    documented = set(re.findall(r"`(HOSTNET_RDMA_[A-Z_]+)`", WRAPPER_DOC + (ROOT / "docs" / "configuration.md").read_text()))
+    documented = set(
+        re.findall(r"`(HOSTNET_RDMA_[A-Z_]+)`", WRAPPER_DOC + (ROOT / "docs" / "configuration.md").read_text())
+    )
     settings = {"HOSTNET_RDMA_" + f.upper() for f in ServerSettings.model_fields}
     internal = {rules.ENV_HANDLED}  # set by the wrapper on its own child, not an input
     assert ENV_NAMES - internal <= documented, sorted(ENV_NAMES - internal - documented)
