@@ -201,8 +201,9 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     launcher = result.info.launcher if result.info else ""
     told = None
     if first and result.info is not None and (result.changed or result.warnings):
+        why = "the default" if result.profile_reason == "default" else result.profile_reason
         told = events.admission(meta, namespace or params.namespace, launcher, params.version, result.changed,
-                                result.applied, result.profile, result.warnings)  # fmt: skip
+                                result.applied, f"{result.profile}: {why}", result.warnings)  # fmt: skip
     if not result.changed:
         return ReviewResult(
             build_response(uid, warnings=result.warnings),

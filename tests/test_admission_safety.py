@@ -219,3 +219,19 @@ def test_infiniband_path_must_be_a_device_directory(path: str) -> None:
     with pytest.raises(config.ConfigError, match="infinibandPath"):
         config.from_dict({"inject": {"infinibandPath": path}})
     assert config.from_dict({"inject": {"infinibandPath": "/dev/infiniband"}}).infiniband_path == "/dev/infiniband"
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "hca", "gid"),
+    [("BM.GPU.H100.8", "=mlx5_0,mlx5_1,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_9,mlx5_10,mlx5_12,mlx5_13,mlx5_14,mlx5_15,mlx5_16,mlx5_17", "3"),
+     ("BM.GPU.H200.8", "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11", "3"),
+     ("BM.GPU.GB200.4", "mlx5_0,mlx5_1,mlx5_3,mlx5_4", None),
+     ("Standard_ND96isr_H100_v5", "mlx5_ib", None)],
+)  # fmt: skip
+def test_the_shape_profile_is_chosen_by_the_instance_type(instance_type: str, hca: str, gid: str | None) -> None:
+    """Today's GPU shapes are built in (OCI's recommended parameters by shape, Azure NDv5)."""
+    p = pod(trainer(), nodeSelector={"node.kubernetes.io/instance-type": instance_type})
+    result = mutate(p, Params(namespace="ns", wrapper_payload="x"))
+    env = {e["name"]: e["value"] for e in result.pod["spec"]["containers"][0]["env"] if "value" in e}
+    assert result.profile == instance_type and result.profile_reason.startswith("nodeSelector")
+    assert env["NCCL_IB_HCA"] == hca and env.get("NCCL_IB_GID_INDEX") == gid

@@ -114,7 +114,7 @@ def test_a_thousand_pods_of_one_job_make_a_handful_of_calls() -> None:
     assert injected["reason"] == "Injected" and injected["type"] == "Normal"
     assert injected["series"] == {"count": 1000, "lastObservedTime": "2026-12-01T10:00:00.123456Z"}
     assert injected["note"].startswith("hostnet-rdma test, launcher jobset: dns, infiniband, shm")
-    assert "nccl-env (profile default), wrap" in injected["note"]
+    assert "nccl-env (profile default: the default), wrap" in injected["note"]
     assert injected["regarding"] == {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js",
                                      "uid": "5e5e5e5e-dddd-4a8e-9c1f-2d3e4f5a6b7c", "namespace": "ml"}  # fmt: skip
     assert injected["reportingController"] == "hostnet-rdma.io/webhook" and injected["reportingInstance"] == "webhook-0"
@@ -312,3 +312,9 @@ def test_the_server_records_after_answering() -> None:
 async def _get(app: Any, path: str) -> httpx.Response:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as c:
         return await c.get(path)
+
+
+def test_the_injected_event_says_which_profile_and_why() -> None:
+    pod = load("volcano/plain-c10d-worker-1")
+    (injected,) = [o for o in events.occurrences(answer(body(pod), PARAMS).admission) if o.reason == "Injected"]  # type: ignore[arg-type]
+    assert "nccl-env (profile BM.GPU4.8: nodeSelector node.kubernetes.io/instance-type=BM.GPU4.8)" in injected.note

@@ -8,7 +8,7 @@ from typing import Any
 
 # Keys a profile may set: NCCL and the transports it sits beside. Nothing else, so a
 # profile (or whoever edits the ConfigMap) cannot inject arbitrary env into pods.
-ALLOWED_ENV_KEY = re.compile(r"^(NCCL|TORCH_NCCL|GLOO|UCX|NVSHMEM)_[A-Z0-9_]+$")
+ALLOWED_ENV_KEY = re.compile(r"^(NCCL|RCCL|TORCH_NCCL|GLOO|UCX|NVSHMEM)_[A-Z0-9_]+$")
 
 STEP_NAMES = ("dns", "infiniband", "shm", "capabilities", "privileged", "nccl-env", "wrap")
 
@@ -31,7 +31,7 @@ class Profile:
             if not isinstance(key, str) or not ALLOWED_ENV_KEY.fullmatch(key):
                 raise ConfigError(
                     f"profile {name!r}: env key {key!r} is not allowed; only NCCL_*, "
-                    "TORCH_NCCL_*, GLOO_*, UCX_*, NVSHMEM_* keys may come from profiles"
+                    "RCCL_*, TORCH_NCCL_*, GLOO_*, UCX_*, NVSHMEM_* keys may come from profiles"
                 )
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 raise ConfigError(f"profile {name!r}: value of {key} must be a string or number")
@@ -48,22 +48,85 @@ BM_GPU4_8_HCAS = (
 # `hostnet-rdma verify` (and a human) see "Using network IB" and the GDRDMA channels.
 _DEBUG = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
+
+def _hcas(*numbers: int, prefix: str = "mlx5_", exact: bool = True) -> str:
+    return ("=" if exact else "") + ",".join(f"{prefix}{n}" for n in numbers)
+
+
+# Node shapes, keyed by their `node.kubernetes.io/instance-type`. OCI's are Oracle's published
+# recommended NCCL/RCCL parameters by shape (oracle-quickstart/oci-hpc-oke,
+# docs/recommended-nccl-rccl-parameters-by-shape.md), their NCCL_DEBUG replaced by _DEBUG. On
+# RoCE: the GID index of RoCE v2, traffic class 41, the verbs timeout 22 (~17 s); NCCL_IB_HCA
+# lists the RDMA ports and leaves out the front-end NIC, which is RDMA-capable too.
+_ROCE = {"NCCL_IB_GID_INDEX": "3", "NCCL_IB_TC": "41", "NCCL_IB_SL": "0", "NCCL_IB_TIMEOUT": "22"}
+_A100_16 = _hcas(1, 2, 3, 4, 5, 6, 7, 8, 14, 15, 16, 17, 9, 10, 11, 12)
+_HOPPER = {"NCCL_CUMEM_ENABLE": "0", "NCCL_IB_SPLIT_DATA_ON_QPS": "0", **_ROCE, "NCCL_SOCKET_IFNAME": "eth0",
+           "NCCL_IGNORE_CPU_AFFINITY": "1"}  # fmt: skip
+_SHAPES: dict[str, tuple[str, dict[str, str]]] = {
+    "BM.GPU4.8": ("OCI BM.GPU4.8: 8x A100 40GB, 16 RoCE ports (front-end mlx5_4, mlx5_5 left out)",
+                  {"NCCL_IB_HCA": BM_GPU4_8_HCAS, **_ROCE, "NCCL_IB_QPS_PER_CONNECTION": "4",
+                   "NCCL_IB_SPLIT_DATA_ON_QPS": "0"}),
+    "BM.GPU.A100-v2.8": ("OCI BM.GPU.A100-v2.8: 8x A100 80GB, 16 RoCE ports",
+                         {"NCCL_IB_HCA": _A100_16, **_ROCE, "NCCL_IB_QPS_PER_CONNECTION": "4",
+                          "NCCL_IB_SPLIT_DATA_ON_QPS": "0"}),
+    "BM.GPU.B4.8": ("OCI BM.GPU.B4.8: 8x A100 40GB, 16 RoCE ports",
+                    {"NCCL_IB_HCA": _A100_16, **_ROCE, "NCCL_IB_QPS_PER_CONNECTION": "4",
+                     "NCCL_IB_SPLIT_DATA_ON_QPS": "0"}),
+    "BM.GPU.H100.8": ("OCI BM.GPU.H100.8: 8x H100, 16 RoCE ports",
+                      {"NCCL_IB_HCA": _hcas(0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17), **_HOPPER}),
+    "BM.GPU.H200.8": ("OCI BM.GPU.H200.8: 8x H200, 8 RoCE ports",
+                      {"NCCL_IB_HCA": _hcas(0, 3, 4, 5, 6, 9, 10, 11), **_HOPPER}),
+    "BM.GPU.B200.8": ("OCI BM.GPU.B200.8: 8x B200, 8 RoCE ports",
+                      {"NCCL_IB_HCA": _hcas(0, 3, 4, 5, 6, 9, 10, 11), **_HOPPER}),
+    "BM.GPU.B300.8": ("OCI BM.GPU.B300.8: 8x B300, 16 RoCE ports",
+                      {"NCCL_IB_HCA": _hcas(0, 1, 7, 8, 9, 10, 11, 12, 13, 14, 16, 17, 18, 19, 20, 21), **_HOPPER}),
+    "BM.GPU.GB200.4": ("OCI BM.GPU.GB200.4: 4x GB200, multi-node NVLink",
+                       {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1", "NCCL_NET_PLUGIN": "sys",
+                        "NCCL_IB_HCA": _hcas(0, 1, 3, 4, exact=False), "NCCL_NVLS_ENABLE": "1",
+                        "NCCL_SOCKET_IFNAME": "eth0"}),
+    "BM.GPU.GB200-v2.4": ("OCI BM.GPU.GB200-v2.4: 4x GB200, multi-node NVLink",
+                          {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1", "NCCL_NET_PLUGIN": "sys",
+                           "NCCL_IB_HCA": _hcas(0, 1, 3, 4, exact=False), "NCCL_NVLS_ENABLE": "1",
+                           "NCCL_SOCKET_IFNAME": "eth0"}),
+    "BM.GPU.GB200-v3.4": ("OCI BM.GPU.GB200-v3.4: 4x GB200, 8 RoCE ports, multi-node NVLink",
+                          {**_ROCE, "NCCL_IB_QPS_PER_CONNECTION": "1", "NCCL_IB_SPLIT_DATA_ON_QPS": "0",
+                           "NCCL_CUMEM_ENABLE": "1", "NCCL_IB_HCA": _hcas(0, 1, 2, 3, 5, 6, 7, 8),
+                           "NCCL_NET_GDR_C2C": "1", "NCCL_MNNVL_ENABLE": "1", "NCCL_NET_PLUGIN": "none"}),
+    "BM.GPU.GB300.4": ("OCI BM.GPU.GB300.4: 4x GB300, 8 RoCE ports, multi-node NVLink",
+                       {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1", "NCCL_NET_PLUGIN": "none",
+                        "NCCL_IB_HCA": _hcas(0, 1, 2, 3, 5, 6, 7, 8), "NCCL_NVLS_ENABLE": "1",
+                        "NCCL_SOCKET_IFNAME": "eth0", "NCCL_NET_GDR_C2C": "1", **_ROCE, "NCCL_BUFFSIZE": "16777216",
+                        "NCCL_IB_QPS_PER_CONNECTION": "4", "NCCL_IB_SPLIT_DATA_ON_QPS": "0",
+                        "NCCL_DMABUF_ENABLE": "1"}),
+    "BM.GPU.MI300X.8": ("OCI BM.GPU.MI300X.8: 8x MI300X (RCCL), 8 RoCE ports",
+                        {"NCCL_CUMEM_ENABLE": "0", **_ROCE, "NCCL_IB_QPS_PER_CONNECTION": "1",
+                         "NCCL_IB_SPLIT_DATA_ON_QPS": "0", "NCCL_IB_HCA": _hcas(0, 2, 3, 4, 5, 7, 8, 9),
+                         "NCCL_PXN_DISABLE": "0", "NCCL_NET_PLUGIN": "none"}),
+    "BM.GPU.MI355X.8": ("OCI BM.GPU.MI355X.8: 8x MI355X (RCCL), 8 Pensando ports",
+                        {"NCCL_IB_HCA": _hcas(0, 2, 3, 4, 5, 7, 8, 9, prefix="ionic_"), "NCCL_SOCKET_IFNAME": "ens9np0",
+                         "NCCL_GDR_FLUSH_DISABLE": "1", "RCCL_GDR_FLUSH_GPU_MEM_NO_RELAXED_ORDERING": "0",
+                         "NCCL_IB_QPS_PER_CONNECTION": "2", "NCCL_IB_GID_INDEX": "1", "NCCL_BUFFSIZE": "16777216",
+                         "NCCL_MAX_P2P_NCHANNELS": "32", "NCCL_IB_TC": "41", "NCCL_IB_FIFO_TC": "185",
+                         "NCCL_IGNORE_CPU_AFFINITY": "1", "NCCL_PXN_DISABLE": "0", "NCCL_DMABUF_ENABLE": "1",
+                         "NCCL_NET_OPTIONAL_RECV_COMPLETION": "1", "RCCL_IB_ABORT_ON_ERROR": "1",
+                         "NCCL_IB_USE_INLINE": "1", "NCCL_NET_PLUGIN": "librccl-anp.so", "RCCL_LL128_FORCE_ENABLE": "1"}),
+    "BM.GPU.MI355X-v1.8": ("OCI BM.GPU.MI355X-v1.8: 8x MI355X (RCCL), 8 RoCE ports",
+                           {"NCCL_MIN_CHANNEL": "32", "NCCL_IB_QPS_PER_CONNECTION": "1", "NCCL_SOCKET_IFNAME": "eth0",
+                            "NCCL_IB_SL": "0", "NCCL_IB_GID_INDEX": "3", "NCCL_IB_TC": "41",
+                            "NCCL_IGNORE_CPU_AFFINITY": "1", "NCCL_IB_HCA": _hcas(0, 1, 2, 3, 4, 5, 6, 7)}),
+    # Azure NDv5 (8x H100 or H200, 8 NDR InfiniBand ports mlx5_ib0..7): InfiniBand, so no GID index
+    # or traffic class; the prefix leaves out the accelerated-networking NIC (mlx5_an0).
+    "Standard_ND96isr_H100_v5": ("Azure ND H100 v5: 8x H100, 8 InfiniBand ports (mlx5_ib*)",
+                                 {"NCCL_IB_HCA": "mlx5_ib", "NCCL_IB_PCI_RELAXED_ORDERING": "1",
+                                  "NCCL_SOCKET_IFNAME": "eth0"}),
+    "Standard_ND96isr_H200_v5": ("Azure ND H200 v5: 8x H200, 8 InfiniBand ports (mlx5_ib*)",
+                                 {"NCCL_IB_HCA": "mlx5_ib", "NCCL_IB_PCI_RELAXED_ORDERING": "1",
+                                  "NCCL_SOCKET_IFNAME": "eth0"}),
+}  # fmt: skip
+
 BUILTIN_PROFILES: dict[str, Profile] = {
     "default": Profile.build("default", dict(_DEBUG), "NCCL picks devices itself"),
-    "BM.GPU4.8": Profile.build(
-        "BM.GPU4.8",
-        {
-            **_DEBUG,
-            "NCCL_IB_HCA": BM_GPU4_8_HCAS,
-            "NCCL_IB_GID_INDEX": "3",
-            "NCCL_IB_TC": "41",
-            "NCCL_IB_SL": "0",
-            "NCCL_IB_TIMEOUT": "22",
-            "NCCL_IB_QPS_PER_CONNECTION": "4",
-            "NCCL_IB_SPLIT_DATA_ON_QPS": "0",
-        },
-        "OCI BM.GPU4.8: 8x A100, 16 RoCE ports (front-end mlx5_4, mlx5_5 excluded)",
-    ),
+    **{name: Profile.build(name, {**_DEBUG, **env}, about) for name, (about, env) in _SHAPES.items()},
 }
 
 
