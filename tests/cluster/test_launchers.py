@@ -747,7 +747,7 @@ def test_volcano_plugin_shapes_read_from_source_only_until_now(cluster: Cluster,
         "vc-tb": (volcano_variant(cluster, "vc-tb", svc, [("worker", 2)], tensorboard), "vc-tb-worker-0.vc-tb"),
     }  # fmt: skip
     # Each job its own port: they share the two nodes' host network.
-    cases["vc-tb"][0][0]["spec"]["tasks"][0]["template"]["metadata"].setdefault("annotations", {})[
+    cases["vc-tb"][0][0]["spec"]["tasks"][0]["template"].setdefault("metadata", {}).setdefault("annotations", {})[
         "hostnet-rdma.io/rdzv-port"] = "29443"  # fmt: skip
     for docs, _ in cases.values():
         launchers.apply_with_retry(cluster, docs)
