@@ -67,6 +67,7 @@ class _Wrapper(_Strict):
     dns_timeout_seconds: int = Field(_D.dns_timeout_seconds, alias="dnsTimeoutSeconds", ge=0, le=3600)
     min_torch: str = Field(_D.min_torch, alias="minTorch", pattern=r"^\d+(\.\d+){0,2}$")
     rdzv_port: int = Field(_D.rdzv_port, alias="rdzvPort", ge=1, le=65535)
+    rdzv_port_span: int = Field(_D.rdzv_port_span, alias="rdzvPortSpan", ge=1, le=10000)
     # (the core keeps these as plain strings; the file accepts only the listed values)
     fabric_preflight: Literal["warn", "strict", "off"] = Field(cast(Any, _D.fabric_preflight), alias="fabricPreflight")
     delivery: Literal["imageVolume", "initContainer", "inline"] = cast(Any, _D.wrapper_delivery)
@@ -128,6 +129,8 @@ def from_dict(data: dict[str, Any] | None) -> InjectConfig:
     # Field names match InjectConfig's; the wrapper's delivery keys carry a prefix there.
     wrapper = {("wrapper_" + k if k in ("delivery", "image", "image_pull_policy", "image_sub_path") else k): v
                for k, v in parsed.wrapper.model_dump().items()}  # fmt: skip
+    if parsed.wrapper.rdzv_port + parsed.wrapper.rdzv_port_span - 1 > 65535:
+        raise ConfigError("config: wrapper.rdzvPort + rdzvPortSpan - 1 is over 65535")
     wrapper["init_resources"] = {k: v for k, v in parsed.wrapper.init_resources.model_dump().items() if v}
     return InjectConfig(
         **parsed.inject.model_dump(),

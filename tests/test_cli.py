@@ -35,7 +35,11 @@ def test_yaml_output_and_summary() -> None:
     pod = yaml.safe_load(p.stdout)
     assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert p.stderr.startswith("hostnet-rdma: launcher volcano (job ddp-vc); identity ddp-vc-worker-1.ddp-vc;")
-    assert "rendezvous endpoint ddp-vc-worker-0.ddp-vc:23456" in p.stderr
+    uid = yaml.safe_load(POD.read_text())["metadata"]["ownerReferences"][0]["uid"]
+    from app.core import InjectConfig
+    from app.core.mutate import job_port
+
+    assert f"rendezvous endpoint ddp-vc-worker-0.ddp-vc:{job_port(InjectConfig(), uid)}" in p.stderr
     assert "profile BM.GPU4.8 (nodeSelector node.kubernetes.io/instance-type=BM.GPU4.8)" in p.stderr
 
 

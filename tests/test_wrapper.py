@@ -491,8 +491,9 @@ def test_wrapper_is_python_3_8_grammar_before_and_after_minifying() -> None:
     # bind test for addresses; 17,790 with the peer patterns made once per job shape (admission
     # time: ~1.5 us a pod); 18,260 with the SIGTERM handler and the lookups a signal can interrupt;
     # 19,700 with the checks of flags left from hand-written shell (--local-addr, is_host, the
-    # static master address: their causes are most of it).
-    assert len(payload()) < 19_800
+    # static master address: their causes are most of it); 20,610 with the store port's claim
+    # (two jobs' stores on one node).
+    assert len(payload()) < 20_700
 
 
 def test_minified_wrapper_behaves_like_the_source(tmp_path: Path) -> None:
@@ -616,3 +617,48 @@ def test_the_node_carries_an_address_it_can_bind() -> None:
     node = w.here({}, wait=False)
     assert node.carries("127.0.0.1")[0] is True and node.carries("192.0.2.123")[0] is False
     assert node.carries(node.hostname)[0] is True
+
+
+def test_a_store_port_taken_on_the_node_is_refused_in_seconds_naming_the_job() -> None:
+    """Two jobs' stores on one node's host network: the second store host refuses at start,
+    naming the job that holds the port, instead of torch's bind error; a port some other
+    process listens on is refused as such."""
+    import socket
+
+    from app.wrapper import rules
+    from app.wrapper import torchrun as w
+
+    def plan(job: str, port: int) -> rules.Plan:
+        p = rules.Plan()
+        p.backend, p.endpoint, p.rdzv_id, p.local_addr, p.is_host = (
+            "c10d",
+            f"{job}-0.{job}:{port}",
+            f"{job}-uid",
+            f"{job}-0.{job}",
+            "true",
+        )
+        return p
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    held = len(w._HELD)
+    try:
+        w.claim_store_port(plan("a", port))
+        assert len(w._HELD) == held + 2 and all(x.get_inheritable() for x in w._HELD[held:])  # torchrun keeps them
+        with pytest.raises(
+            w.PreflightError,
+            match=rf"port {port} of this node is already the rendezvous store of job b?a-uid \(pod a-0.a\)",
+        ):
+            w.claim_store_port(plan("b", port))
+    finally:
+        for x in w._HELD[held:]:
+            x.close()
+        del w._HELD[held:]
+    with socket.socket() as listener:
+        listener.bind(("", 0))
+        listener.listen()
+        other = listener.getsockname()[1]
+        with pytest.raises(w.PreflightError, match=rf"port {other} of this node is taken .* not a rendezvous store"):
+            w.claim_store_port(plan("c", other))
+    assert len(w._HELD) == held

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -292,6 +293,14 @@ def _not_training(pod: Obj, info: LauncherInfo, ann: dict[str, str], rdma_prefix
     )
 
 
+def job_port(config: InjectConfig, job: str) -> int:
+    """The c10d store port of a launcher-default endpoint for this job: rdzvPort plus a hash of
+    the job's id within rdzvPortSpan, the same for every pod of the job and every pass."""
+    if config.rdzv_port_span <= 1 or not job:
+        return config.rdzv_port
+    return config.rdzv_port + zlib.crc32(job.encode()) % config.rdzv_port_span
+
+
 def _torchrun_env(container: Obj) -> bool:
     """The container sets torchrun's own env (PET_*): its image's entrypoint runs torchrun."""
     return any(isinstance(e, dict) and str(e.get("name", "")).startswith("PET_") for e in container.get("env") or [])
@@ -312,14 +321,21 @@ def mutate(pod: Obj, params: Params) -> Result:
     meta = out.setdefault("metadata", {})
     ann: dict[str, str] = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
     port = params.config.rdzv_port
+    pinned = False
     if names.ANN_RDZV_PORT in ann:
         raw = ann[names.ANN_RDZV_PORT]
         # ASCII digits only: "²".isdigit() is true and int("²") raises.
         if raw.isascii() and raw.isdigit() and 0 < int(raw) < 65536:
-            port = int(raw)
+            port, pinned = int(raw), True
         else:
             warnings.append(f"{names.ANN_RDZV_PORT}={raw!r} is not a port; using {port}")
     info = launchers.describe(out, port)
+    if not pinned:
+        derived = job_port(params.config, info.rdzv_id)
+        if derived != port and info.rdzv_endpoint.endswith(f":{port}"):
+            # A launcher-default endpoint: its store binds this port on the host network, so
+            # each job gets a port of its own (two jobs sharing nodes would collide on one).
+            info = launchers.describe(out, derived)
     if label != names.INJECT_LABEL_VALUE:
         why = _not_training(pod, info, ann, params.config.rdma_resource_prefixes)
         if why:

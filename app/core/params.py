@@ -147,6 +147,9 @@ class InjectConfig:
     nccl_socket_ifname: bool = False
     cluster_domain: str = "cluster.local"
     rdzv_port: int = 23456
+    # Launcher-default endpoints get a port per job in [rdzv_port, rdzv_port + span): jobs that
+    # share nodes would otherwise bind one host port. 1: every job on rdzv_port.
+    rdzv_port_span: int = 1000
     dns_timeout_seconds: int = 300
     min_torch: str = "2.5"
     fabric_preflight: str = "warn"

@@ -13,6 +13,7 @@ other way. Inputs come from HOSTNET_RDMA_* env set by the admission webhook (see
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -370,8 +371,74 @@ def checked(plan: rules.Plan, env: Mapping[str, str], interpreter: Optional[str]
     if plan.backend not in ("help", "standalone", "unparsed"):
         fabric_preflight(plan, env)
         preflight(plan, env, interpreter)
+        if plan.backend == "c10d" and truthy(plan.is_host):
+            claim_store_port(plan)
     extra_env, notes = socket_ifnames(plan, env)
     return extra_env, plan.notes + notes
+
+
+# The store's port on the host network is the node's: a second job's store on it fails inside
+# torch. The store host claims the port first with an abstract unix socket (per network
+# namespace, so per node under hostNetwork) that torchrun inherits and holds while it runs, and
+# a second one naming its job, which a later claimant reads in /proc/net/unix.
+_CLAIM = "hostnet-rdma/store-port/"
+_HELD: List[socket.socket] = []  # open for the life of this process, and of the torchrun it execs
+
+
+def store_port(endpoint: str) -> int:
+    tail = endpoint.rsplit("]", 1)[-1]
+    port = tail.rsplit(":", 1)[1] if ":" in tail else ""
+    return int(port) if port.isdigit() else 29400  # torchrun's default
+
+
+def claim_store_port(plan: rules.Plan, proc_net_unix: str = "/proc/net/unix") -> None:
+    port = store_port(plan.endpoint)
+    lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        lock.bind("\0" + _CLAIM + str(port))
+    except OSError:
+        lock.close()
+        holder = _holder(port, proc_net_unix)
+        raise PreflightError(
+            f"port {port} of this node is already the rendezvous store of {holder}: two jobs on one node's host "
+            "network cannot share a store port. Give one of them another (pod annotation hostnet-rdma.io/rdzv-port, "
+            "or --rdzv-endpoint with a port of its own). " + _see("Port conflicts (29500, 23456) under hostNetwork")
+        ) from None
+    tag = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with contextlib.suppress(OSError):  # the name only says whose it is
+        tag.bind(f"\0{_CLAIM}{port}/job/{plan.rdzv_id or '-'}/pod/{plan.local_addr or '-'}")
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's store does: TIME_WAIT is no owner
+    try:
+        probe.bind(("", port))
+    except OSError as e:
+        lock.close()
+        tag.close()
+        raise PreflightError(
+            f"port {port} of this node is taken ({e.strerror}) by a process that is not a rendezvous store the "
+            "hostnet-rdma wrapper started: torchrun could not start its store there. Give this job another port "
+            "(pod annotation hostnet-rdma.io/rdzv-port). " + _see("Port conflicts (29500, 23456) under hostNetwork")
+        ) from None
+    finally:
+        probe.close()
+    for s in (lock, tag):
+        s.set_inheritable(True)
+        _HELD.append(s)
+
+
+def _holder(port: int, proc_net_unix: str) -> str:
+    """The job holding a store port, from the claim names in /proc/net/unix."""
+    prefix = f"@{_CLAIM}{port}/job/"
+    try:
+        with open(proc_net_unix) as f:
+            for line in f:
+                name = line.split()[-1] if line.split() else ""
+                if name.startswith(prefix):
+                    job, _, pod = name[len(prefix) :].partition("/pod/")
+                    return f"job {job} (pod {pod})"
+    except OSError:
+        pass
+    return "another job"
 
 
 def _report(plan: rules.Plan, env: Mapping[str, str], extra_env: Dict[str, str], notes: List[str]) -> None:

@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
+from app.core import InjectConfig
+from app.core.mutate import job_port
 from tests.cluster import launchers
 from tests.cluster.conftest import torch_sites
 from tests.cluster.harness import ROOT, Cluster, log
@@ -362,7 +364,9 @@ def test_plain_jobset_completes_with_the_default_endpoint(cluster: Cluster, inst
     found = run_job(cluster, example("jobset", ML, image_ref(cluster, "train"), torch_sites()), "jobset",
                     "ddp-jobset", "jobset.sigs.k8s.io/jobset-name=ddp-jobset", "Completed", "JobSet to Completed")  # fmt: skip
     fields = check_one_store_host(found, "jobset", world=2 * NPROC)
-    assert all(f["endpoint"] == "ddp-jobset-workers-0-0.ddp-jobset:23456" for f in fields), fields
+    uid = cluster.kubectl_json("get", "jobset", "ddp-jobset", "-n", ML)["metadata"]["uid"]
+    port = job_port(InjectConfig(), uid)  # each job's store its own port on the host network
+    assert all(f["endpoint"] == f"ddp-jobset-workers-0-0.ddp-jobset:{port}" for f in fields), fields
     read_back(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-jobset", "jobset-worker", ("jobset", "ddp-jobset"))
     cluster.kubectl("delete", "jobset", "ddp-jobset", "-n", ML, "--wait=false")
 
@@ -630,8 +634,9 @@ def test_volcano_example_completes(cluster: Cluster, installed: dict[str, float]
     fields = check_one_store_host(found, "volcano", world=2 * NPROC)
     host = next(f for f in fields if f["is_host"] == "true")
     assert host["local_addr"] == "ddp-volcano-worker-0.ddp-volcano", fields
-    assert all(f["endpoint"] == "ddp-volcano-worker-0.ddp-volcano:23456" and f["nnodes"] == "2" for f in fields), fields
     uid = cluster.kubectl_json("get", "vcjob", "ddp-volcano", "-n", ML)["metadata"]["uid"]
+    endpoint = f"ddp-volcano-worker-0.ddp-volcano:{job_port(InjectConfig(), uid)}"
+    assert all(f["endpoint"] == endpoint and f["nnodes"] == "2" for f in fields), fields
     assert all(f["rdzv_id"] == uid for f in fields), fields
     read_back(cluster, ML, "volcano.sh/job-name=ddp-volcano", "volcano-worker", ("vcjob", "ddp-volcano"))
     injected_events(cluster, "vcjob", "ddp-volcano", "volcano", pods=2)
@@ -656,7 +661,8 @@ def test_seed_job_files_with_plain_torchrun_complete_in_a_labelled_namespace(
                         "Volcano Job (the seed's volcano-c10d.yaml, plain torchrun, no pod label) to Completed")  # fmt: skip
     fields = check_one_store_host(found, "volcano", world=2 * NPROC)
     uid = cluster.kubectl_json("get", "vcjob", "ddp-volcano-c10d", "-n", ML)["metadata"]["uid"]
-    assert all(f["endpoint"] == "ddp-volcano-c10d-worker-0.ddp-volcano-c10d:23456" and f["nnodes"] == "2"
+    port = job_port(InjectConfig(), uid)
+    assert all(f["endpoint"] == f"ddp-volcano-c10d-worker-0.ddp-volcano-c10d:{port}" and f["nnodes"] == "2"
                and f["rdzv_id"] == uid for f in fields), fields  # fmt: skip
     read_back(cluster, ML, "volcano.sh/job-name=ddp-volcano-c10d", "volcano-seed-plain", ("vcjob", "ddp-volcano-c10d"))
     cluster.kubectl("delete", "vcjob", "ddp-volcano-c10d", "-n", ML, "--wait=true", "--timeout=60s")

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from app.core import InjectConfig, Params, mutate
+from app.core.mutate import job_port
 from app.wrapper import payload
 from tests.rendezvous.testbed import Node, Testbed, stop
 
@@ -213,7 +214,8 @@ def test_volcano_c10d_completes(bed: Testbed, tmp_path: Path) -> None:
     placed = [(n0, volcano_pod("vc", "worker", 0, cmd)), (n1, volcano_pod("vc", "worker", 1, cmd))]
     runs = run_wrapped(bed, placed, rt, tmp_path, "volcano c10d, wrapped, 2 nodes x 2 procs", world=4)
     l0, l1 = wrapper_line(runs[0]), wrapper_line(runs[1])
-    assert "is_host=true local_addr=vc-worker-0.vc endpoint=vc-worker-0.vc:23456" in l0
+    port = job_port(InjectConfig(), "3f0e1a2b")  # the store's port: one of the job's own
+    assert f"is_host=true local_addr=vc-worker-0.vc endpoint=vc-worker-0.vc:{port}" in l0
     assert "is_host=false local_addr=vc-worker-1.vc" in l1
     assert "rdzv_id=3f0e1a2b nnodes=2" in l0
     # Gloo was pinned to the veth that carries the pod's address, not 127.0.1.1.
