@@ -371,6 +371,42 @@ def test_plain_jobset_completes_with_the_default_endpoint(cluster: Cluster, inst
     cluster.kubectl("delete", "jobset", "ddp-jobset", "-n", ML, "--wait=false")
 
 
+def test_two_jobs_on_the_same_nodes_at_once_each_get_a_store_port(
+    cluster: Cluster, installed: dict[str, float]
+) -> None:
+    """Two JobSets of one rank per node, on the same two nodes at the same time (no GPU request,
+    so nothing keeps them apart), each with the webhook's default endpoint: on the host network
+    their stores would bind one node port. Each job's store gets its own port; both complete."""
+    docs: list[dict[str, Any]] = []
+    for name in ("ddp-js-a", "ddp-js-b"):
+        (js,) = example("jobset", ML, image_ref(cluster, "train"), torch_sites())
+        js["metadata"]["name"] = name
+        pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        for c in pod["containers"]:
+            c.get("resources", {}).get("limits", {}).pop(GPU, None)
+            c.get("resources", {}).get("requests", {}).pop(GPU, None)
+            c["command"] = [a.replace(f"--nproc-per-node={NPROC}", "--nproc-per-node=1") for a in c["command"]]
+        docs.append(js)
+    t0 = time.monotonic()
+    launchers.apply_with_retry(cluster, docs)
+    try:
+        ports = []
+        for name in ("ddp-js-a", "ddp-js-b"):
+            outcome = condition(cluster, "jobset", ML, name, ("Completed", "Failed"), 300)
+            selector = f"jobset.sigs.k8s.io/jobset-name={name}"
+            assert outcome == "Completed", failure_report(cluster, ML, selector)
+            fields = check_one_store_host(logs_of(cluster, ML, selector), "jobset", world=2)
+            ports.append({f["endpoint"].rsplit(":", 1)[1] for f in fields})
+        TIMINGS["two JobSets on the same nodes at once, both Completed"] = time.monotonic() - t0
+        assert all(len(p) == 1 for p in ports) and ports[0] != ports[1], ports
+        started = [p["status"].get("startTime") for n in ("ddp-js-a", "ddp-js-b")
+                   for p in pods(cluster, ML, f"jobset.sigs.k8s.io/jobset-name={n}")]  # fmt: skip
+        log(f"two jobs at once: store ports {ports}, pods started {sorted(started)}")
+    finally:
+        for name in ("ddp-js-a", "ddp-js-b"):
+            cluster.kubectl("delete", "jobset", name, "-n", ML, "--wait=false", check=False)
+
+
 def seed_trainjob(cluster: Cluster, job_file: str) -> list[dict[str, Any]]:
     """The field report's Trainer v2.3.0 runtime and a TrainJob of its, as written, with the
     test-machine changes; the namespace's label is the opt-in (no pod label)."""
