@@ -115,7 +115,7 @@ def test_the_core_wraps_the_indexed_job_pod() -> None:
 
 def test_the_script_prints_the_lines_the_verdict_reads() -> None:
     text = (Path(jobs.__file__).parent / "train.py").read_text()
-    assert f'OK, FAIL = "{outcome.OK}", "{outcome.FAIL}"' in text
+    assert f'OK, FAIL, SWEEP = "{outcome.OK}", "{outcome.FAIL}", "{outcome.SWEEP}"' in text
     assert "from app" not in text and "import app" not in text  # it runs in the user's image
 
 
@@ -220,7 +220,7 @@ def test_the_table_reports_absent_launchers_apart() -> None:
     ]
     text = outcome.table(rows)
     lines = text.splitlines()
-    assert lines[0].split() == ["LAUNCHER", "RESULT", "TIME", "STORE", "HOST", "WORLD", "BUSBW", "NCCL"]
+    assert lines[0].split() == ["LAUNCHER", "RESULT", "TIME", "STORE", "HOST", "WORLD", "PATH", "BUSBW", "NCCL"]
     assert lines[1].split()[:5] == ["job", "passed", "21s", "e2e-job-0", "(c10d)"]
     assert lines[2].split()[:3] == ["volcano", "not", "present"]
     assert "  volcano: Volcano is not installed here" in lines
@@ -511,3 +511,20 @@ def test_gpu_jobs_run_one_after_another_after_the_capacity_check(monkeypatch: py
                                            r"b: nvidia.com/gpu: 0 free of 8 allocatable"):  # fmt: skip
         run.run(object(), run.Options(gpu), say=said.append)
     assert created == []
+
+
+
+def test_the_sweep_lines_make_the_path_verdict() -> None:
+    healthy = {"p0": f"{outcome.SWEEP} from=n1 to=n2 largest_ok=67108864 first_lost=- gbps=9.80\n"}
+    assert outcome.path_verdict(healthy) == "to 64 MiB ok"
+    dropped = {"p0": f"{outcome.SWEEP} from=n1 to=n2 largest_ok=512 first_lost=2048 gbps=0.01\n"}
+    assert outcome.path_verdict(dropped) == "2 KiB lost n1->n2 (512 B ok)"
+    assert outcome.path_verdict({"p0": "no sweep here"}) == ""
+
+
+def test_a_sweep_only_job_completes_when_its_pods_exit_0() -> None:
+    done = {"metadata": {"name": "p0"}, "status": {"containerStatuses": [
+        {"name": "trainer", "state": {"terminated": {"exitCode": 0}}}]}}  # fmt: skip
+    logs = {"p0": f"{outcome.SWEEP} from=n1 to=n2 largest_ok=67108864 first_lost=- gbps=9.80\n"}
+    assert outcome.progress([done], logs, "trainer", 2).state == "completed"
+    assert outcome.progress([done], {"p0": ""}, "trainer", 2).state == "running"

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 # What the kubectl plugin offers (serving the webhook is not a kubectl job), and which of
 # kubectl's global flags each command takes.
 PLUGIN_COMMANDS = {"explain": ("-n", "--kubeconfig", "--context"), "verify": ("-n", "--kubeconfig", "--context"),
-                   "mutate": ("-n", "--kubeconfig", "--context"), "doctor": (), "e2e": ("--kubeconfig", "--context")}  # fmt: skip
+                   "mutate": ("-n", "--kubeconfig", "--context"), "doctor": ("--kubeconfig", "--context"), "e2e": ("--kubeconfig", "--context")}  # fmt: skip
 
 
 def kubectl_main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,8 @@
 """`hostnet-rdma doctor`: the fabric checks the wrapper runs before torchrun, against this node
-(or a sysfs tree), and the NCCL_IB_HCA / GID index this node suggests."""
+(or a sysfs tree), and the NCCL_IB_HCA / GID index this node suggests. `doctor --between A,B`:
+the data path between two nodes, from the cluster: a two-pod job (one on each node, host
+network, through the webhook) sends messages of 512 B to 64 MiB between them and says the
+largest that arrived, and why when the large ones do not."""
 
 from __future__ import annotations
 
@@ -13,8 +16,44 @@ from app.verify import expected_devices
 from app.wrapper import fabric
 
 
+def cmd_between(args: argparse.Namespace) -> int:
+    """The data-path sweep between two named nodes, through a job of the e2e suite's."""
+    from app import kube
+    from app.e2e import run
+    from app.e2e.jobs import DEFAULT_IMAGE, Params
+
+    nodes = tuple(n.strip() for n in args.between.split(",") if n.strip())
+    if len(nodes) != 2:
+        return error("--between takes two node names: A,B")
+    backend = args.backend if args.backend != "auto" else ("nccl" if args.gpus_per_node else "gloo")
+    params = Params(namespace="", image=args.image or DEFAULT_IMAGE, image_pull_policy=args.image_pull_policy,
+                    gpus_per_node=args.gpus_per_node, gpu_resource=args.gpu_resource, backend=backend,
+                    nproc_per_node=1, tolerations=tuple(args.toleration), host_paths=tuple(args.torch_host_path),
+                    sweep_only=True, sweep_bound=args.bound, on_nodes=nodes)  # fmt: skip
+    say = print if args.output == "table" else (lambda line: None)
+    try:
+        api = kube.api_client(args.kubeconfig, args.context)
+        (result,) = run.run(api, run.Options(params, launchers=["job"], timeout=args.timeout),
+                            say=lambda line: say(f"doctor: {line}"))  # fmt: skip
+    except run.E2EError as e:
+        return error(str(e))
+    except kube.ApiException as e:
+        return error(f"the API server refused: {kube.refusal(e)}")
+    if args.output == "json":
+        print(json.dumps({"ok": result.ok, "path": result.path, "detail": result.detail, "seconds": result.seconds},
+                         indent=2))  # fmt: skip
+    else:
+        print(f"{'PASS' if result.ok else 'FAIL'}  path {' -> '.join(nodes)}: {result.path or '-'} "
+              f"({result.seconds or 0:.0f}s)")  # fmt: skip
+        if result.detail:
+            print(f"  {result.detail}")
+    return 0 if result.ok else 1
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """The fabric checks the wrapper runs before torchrun, against this node (or a sysfs tree)."""
+    if args.between:
+        return cmd_between(args)
     try:
         cfg = load_config(args.config)
     except CommandError as e:
@@ -72,4 +111,19 @@ def register(sub: Any) -> None:
     d.add_argument("--gid-index", help="NCCL_IB_GID_INDEX to check (overrides the profile's)")
     d.add_argument("--config", help="cluster config file (for its profiles)")
     d.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    b = d.add_argument_group("the data path between two nodes (from the cluster, not on a node)")
+    b.add_argument("--between", metavar="A,B", help="send messages of 512 B to 64 MiB between these two nodes")
+    b.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG / ~/.kube/config)")
+    b.add_argument("--context", help="kubeconfig context (default: the current one)")
+    b.add_argument("--image", help="training image with torch (default: the e2e suite's)")
+    b.add_argument("--image-pull-policy", default="IfNotPresent", choices=("Always", "IfNotPresent", "Never"))
+    b.add_argument(
+        "--gpus-per-node", type=int, default=0, help="GPUs each pod requests; with GPUs the sweep runs on NCCL"
+    )
+    b.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    b.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    b.add_argument("--toleration", action="append", default=[], metavar="KEY")
+    b.add_argument("--torch-host-path", action="append", default=[], metavar="DIR")
+    b.add_argument("--bound", type=int, default=10, help="seconds each message size may take (default 10)")
+    b.add_argument("--timeout", type=float, default=300, help="seconds for the whole check (default 300)")
     d.set_defaults(func=cmd_doctor)

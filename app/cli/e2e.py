@@ -11,8 +11,7 @@ import sys
 from typing import Any
 
 from app.cli.common import error
-
-DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:26.09-py3"  # the examples' image: torch, NCCL, rdma-core
+from app.e2e.jobs import DEFAULT_IMAGE
 
 
 def _pairs(values: list[str], flag: str) -> dict[str, str]:

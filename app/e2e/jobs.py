@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:26.09-py3"  # the examples' image: torch, NCCL, rdma-core
 JOB_LABEL = "hostnet-rdma.io/e2e-job"  # on every pod of one e2e job: how the runner finds them
 SCRIPT_DIR = "/hostnet-rdma-e2e"
 SCRIPT = f"{SCRIPT_DIR}/train.py"
@@ -49,6 +50,13 @@ class Params:
     # A Kueue LocalQueue in the namespace: every job Kueue manages (all but Volcano's) is
     # submitted through it, as its users' jobs are where Kueue manages every job.
     kueue_queue: str = ""
+    # The data-path sweep (train.py): each message size's bound, and whether the job stops after
+    # it (`doctor --between`: the path only). With NCCL the transport's own retries are made
+    # short for the job, so a message that never arrives fails in seconds, not 7 x 17 s.
+    sweep_bound: int = 10
+    sweep_only: bool = False
+    # Run on exactly these nodes (one pod each): `doctor --between A,B`.
+    on_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,10 +82,19 @@ def _env(p: Params) -> list[dict[str, str]]:
         {"name": "E2E_BACKEND", "value": p.backend},
         {"name": "E2E_SIZE_MB", "value": f"{p.size_mb:g}"},
         {"name": "E2E_TIMEOUT", "value": str(p.collective_timeout)},
+        {"name": "E2E_SWEEP_BOUND", "value": str(p.sweep_bound)},
     ]
+    if p.sweep_only:
+        env.append({"name": "E2E_SWEEP_ONLY", "value": "1"})
     if p.backend == "nccl":
         # What `verify` reads; set here so the check holds whatever profile the node gets.
-        env += [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_DEBUG_SUBSYS", "value": "INIT,NET"}]
+        env += [
+            {"name": "NCCL_DEBUG", "value": "INFO"},
+            {"name": "NCCL_DEBUG_SUBSYS", "value": "INIT,NET"},
+            # A lost message fails in ~0.1 s x 3 tries, not the profile's 17 s x 7.
+            {"name": "NCCL_IB_TIMEOUT", "value": "14"},
+            {"name": "NCCL_IB_RETRY_CNT", "value": "2"},
+        ]
     if p.host_paths:
         env.append({"name": "PYTHONPATH", "value": ":".join(_host_mount(i) for i in range(len(p.host_paths)))})
     return env
@@ -123,6 +140,9 @@ def pod_spec(p: Params, name: str, containers: list[Manifest], restart: str | No
         spec["restartPolicy"] = restart
     if p.node_selector:
         spec["nodeSelector"] = dict(p.node_selector)
+    if p.on_nodes:
+        spec["affinity"]["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": list(p.on_nodes)}]}]}}  # fmt: skip
     if p.tolerations:
         spec["tolerations"] = [{"key": k, "operator": "Exists"} for k in p.tolerations]
     return spec

@@ -18,7 +18,8 @@ from typing import Any
 from app.verify import expected_devices, verify
 
 # The lines app/e2e/train.py prints (it imports nothing of ours: it runs in the user's image).
-OK, FAIL = "HOSTNET-RDMA-E2E-OK", "HOSTNET-RDMA-E2E-FAIL"
+OK, FAIL, SWEEP = "HOSTNET-RDMA-E2E-OK", "HOSTNET-RDMA-E2E-FAIL", "HOSTNET-RDMA-E2E-SWEEP"
+_SWEEP_LINE = re.compile(rf"^{SWEEP} from=(\S+) to=(\S+) largest_ok=(\d+) first_lost=(\S+) gbps=([\d.]+)", re.M)
 _OK_LINE = re.compile(rf"^{OK} rank=(\d+) world=(\d+) node=(\S+) backend=(\S+) busbw_gbps=([\d.]+)", re.M)
 _FAIL_LINE = re.compile(rf"^{FAIL} .*$", re.M)
 _WRAPPER = re.compile(r"^hostnet-rdma: (launcher=.*)$", re.M)
@@ -45,6 +46,7 @@ class Result:
     nccl: str = ""
     detail: str = ""
     webhook: str = ""  # the version in the pods' injected annotation
+    path: str = ""  # the data-path sweep: the largest message that crossed between the nodes
 
     @property
     def ok(self) -> bool:
@@ -113,6 +115,13 @@ def progress(pods: Sequence[Mapping[str, Any]], logs: Mapping[str, str], contain
     pods_done = sum(1 for pod in pods if _OK_LINE.search(logs.get(pod["metadata"]["name"], "")))
     if pods and pods_done == len(pods) and len(ranks) >= world:
         return Progress("completed")
+    exited = [training_container(p, container) for p in pods]
+    if (
+        pods
+        and sweeps(logs)
+        and all(((s or {}).get("state") or {}).get("terminated", {}).get("exitCode") == 0 for s in exited)
+    ):
+        return Progress("completed")  # a sweep-only job (doctor --between): its pods exit 0 after the sweep
     return Progress("running", "; ".join(pod_state(p, container) for p in pods) or "no pods yet")
 
 
@@ -169,19 +178,46 @@ def judge(
     hosts = [n for n, f in fields_by_pod.items() if f.get("is_host") == "true"]
     r.store_hosts = hosts or r.store_hosts
     r.rendezvous = ",".join(sorted({f.get("backend", "?") for f in fields_by_pod.values()}))
-    if worlds != {world}:
+    sweep_only = not worlds and bool(sweeps(logs))
+    if worlds != {world} and not sweep_only:
         problems.append(f"world sizes {sorted(worlds)}, expected one world of {world} (a pod that trains alone)")
     r.world = max(worlds) if worlds else None
     c10d = all(f.get("is_host") != "-" for f in fields_by_pod.values())
     if fields_by_pod and c10d and len(hosts) != 1:
         problems.append(f"{len(hosts)} store hosts ({', '.join(hosts) or 'none'}), expected exactly one")
     r.busbw_gbps = round(min(bandwidths), 2) if bandwidths else None
+    r.path = path_verdict(logs)
     r.nccl = nccl_verdict(pods, logs, container) if nccl else "n/a (gloo on CPU)"
     if nccl and not r.nccl.startswith("PASS"):
         problems.append(f"NCCL: {r.nccl}")
     if problems:
         r.outcome, r.detail = "failed", "; ".join(problems)
     return r
+
+
+def human(size: int) -> str:
+    for unit, factor in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor:
+            return f"{size / factor:g} {unit}"
+    return f"{size} B"
+
+
+def sweeps(logs: Mapping[str, str]) -> list[tuple[str, str, int, str, float]]:
+    """The data-path sweep lines of a job: (from, to, largest arrived, first lost or -, Gb/s)."""
+    return [
+        (a, b, int(ok), lost, float(g)) for text in logs.values() for a, b, ok, lost, g in _SWEEP_LINE.findall(text)
+    ]
+
+
+def path_verdict(logs: Mapping[str, str]) -> str:
+    found = sweeps(logs)
+    if not found:
+        return ""
+    lost = [x for x in found if x[3] != "-"]
+    if lost:
+        a, b, ok, first, _ = lost[0]
+        return f"{human(int(first))} lost {a}->{b} ({human(ok)} ok)"
+    return f"to {human(min(x[2] for x in found))} ok"
 
 
 def nccl_verdict(pods: Sequence[Mapping[str, Any]], logs: Mapping[str, str], container: str) -> str:
@@ -197,12 +233,12 @@ def nccl_verdict(pods: Sequence[Mapping[str, Any]], logs: Mapping[str, str], con
 
 
 def table(results: Sequence[Result]) -> str:
-    rows = [("LAUNCHER", "RESULT", "TIME", "STORE HOST", "WORLD", "BUSBW", "NCCL")]
+    rows = [("LAUNCHER", "RESULT", "TIME", "STORE HOST", "WORLD", "PATH", "BUSBW", "NCCL")]
     for r in results:
         rows.append((
             r.launcher, r.outcome, f"{r.seconds:.0f}s" if r.seconds is not None else "-",
             ",".join(r.store_hosts) + (f" ({r.rendezvous})" if r.rendezvous else "") if r.store_hosts else "-",
-            str(r.world) if r.world is not None else "-",
+            str(r.world) if r.world is not None else "-", r.path or "-",
             f"{r.busbw_gbps:g} GB/s" if r.busbw_gbps is not None else "-", r.nccl or "-",
         ))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

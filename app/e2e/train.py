@@ -2,7 +2,14 @@
 and the standard library only (nothing of hostnet-rdma) and stays Python 3.8-compatible.
 
 Every rank checks one all_reduce for the right sum (the world must span every node, or the job
-trained alone), then times all_reduce of a larger buffer and prints one line:
+trained alone). Then the data path: between node 0 and each other node, messages of increasing
+size (512 B to 64 MiB, each bounded by E2E_SWEEP_BOUND seconds) through the job's own backend,
+what training sends; a fabric that drops large frames silently (an MTU or receive-buffer
+mismatch on the path) passes the small ones and loses the rest, which the verdict names:
+
+    HOSTNET-RDMA-E2E-SWEEP from=gpu-1 to=gpu-2 largest_ok=67108864 first_lost=- gbps=181.20
+
+Then it times all_reduce of a larger buffer and prints one line:
 
     HOSTNET-RDMA-E2E-OK rank=0 world=16 node=gpu-1 backend=nccl busbw_gbps=182.41
 
@@ -14,11 +21,14 @@ import os
 import socket
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-OK, FAIL = "HOSTNET-RDMA-E2E-OK", "HOSTNET-RDMA-E2E-FAIL"
+OK, FAIL, SWEEP = "HOSTNET-RDMA-E2E-OK", "HOSTNET-RDMA-E2E-FAIL", "HOSTNET-RDMA-E2E-SWEEP"
+# From below one frame to well above any fabric's MTU (RoCE's path MTU is 4096).
+SIZES = (512, 2048, 8192, 65536, 1 << 20, 8 << 20, 64 << 20)
 
 
 def say(line: str) -> None:
@@ -45,6 +55,14 @@ def main() -> None:
     if value.item() != expected:
         say(f"{FAIL} rank={rank} world={world} all_reduce gave {value.item()}, expected {expected}")
         sys.exit(1)
+    lost = sweep(rank, world, device)
+    if lost:
+        if rank == 0:
+            say(f"{FAIL} rank={rank} world={world} {lost}")
+        sys.stdout.flush()
+        os._exit(1)
+    if os.environ.get("E2E_SWEEP_ONLY") == "1":
+        os._exit(0)
     buf = torch.ones(max(1, int(size_mb * 2**20 / 4)), device=device)
     dist.all_reduce(buf)  # warm-up: NCCL connects its channels on the first large call
     if device.type == "cuda":
@@ -63,6 +81,53 @@ def main() -> None:
     # Skip interpreter teardown: gloo's threads sometimes abort the process at exit
     # ("terminate called without an active exception"), which is not what is checked.
     os._exit(0)
+
+
+def sweep(rank: int, world: int, device: "torch.device") -> str:
+    """Messages of each size in SIZES between node 0's first rank and each other node's; every
+    rank takes part in the group set-up. "" when all arrived, else the verdict (same on every rank)."""
+    bound = float(os.environ.get("E2E_SWEEP_BOUND", "10"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    everyone: list[Any] = [("", "")] * world  # (local rank, node) of every rank
+    dist.all_gather_object(everyone, (local_rank, socket.gethostname()))
+    leaders = [r for r, (lr, _) in enumerate(everyone) if lr == 0]
+    lost_at: list[Any] = []  # (from, to, first lost size, largest arrived)
+    for peer in leaders[1:]:
+        pair = (leaders[0], peer)
+        group = dist.new_group(list(pair), timeout=datetime.timedelta(seconds=bound))
+        if rank not in pair:
+            continue
+        largest, first_lost, gbps = 0, 0, 0.0
+        for size in SIZES:
+            data = torch.ones(size // 4, device=device)
+            t0 = time.perf_counter()
+            try:
+                work = dist.all_reduce(data, group=group, async_op=True)
+                work.wait(timeout=datetime.timedelta(seconds=bound))
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+            except Exception:  # a timeout, or the transport giving up (NCCL: retry count exceeded)
+                first_lost = size
+                break
+            largest, gbps = size, size * 8 / max(time.perf_counter() - t0, 1e-9) / 1e9
+        a, b = everyone[pair[0]][1], everyone[pair[1]][1]
+        if rank == pair[0]:
+            say(f"{SWEEP} from={a} to={b} largest_ok={largest} first_lost={first_lost or '-'} gbps={gbps:.2f}")
+        if first_lost:
+            lost_at.append((a, b, first_lost, largest))
+    # Every rank learns whether a pair lost messages: a 4-byte all_reduce crosses any path.
+    flag = torch.tensor([float(len(lost_at))], device=device)
+    dist.all_reduce(flag)
+    if not flag.item():
+        return ""
+    if not lost_at:
+        return "messages between some nodes do not arrive (see the node-0 pod's SWEEP lines)"
+    a, b, first, largest = lost_at[0]
+    smaller = f"smaller ones ({largest} bytes) do" if largest else "none arrive at all"
+    return (
+        f"messages of {first} bytes and more do not arrive between {a} and {b}; {smaller}: an MTU or "
+        "receive-buffer mismatch on the path (a hop that drops large frames without a word)"
+    )
 
 
 if __name__ == "__main__":
