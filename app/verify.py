@@ -14,6 +14,9 @@ _USING_NETWORK = re.compile(r"NCCL INFO Using network (\w+)")
 _IB_DEVICES = re.compile(r"NCCL INFO NET/IB\s*:\s*Using (.*?)(?:;|$)")
 _DEVICE = re.compile(r"\[\d+\]([\w.-]+?)(?::\d+)?/(RoCE|IB)")
 _CHANNEL = re.compile(r"via NET/(IB|Socket)/\d+(/GDRDMA)?")
+# An RDMA send never acknowledged (IBV_WC_RETRY_EXC_ERR): NCCL's "transport retry counter exceeded",
+# completion status 12.
+_RETRY_EXCEEDED = re.compile(r"transport retry counter exceeded|(?:completion )?status[ =:]+12\b", re.I)
 _WRAPPER = re.compile(r"hostnet-rdma: launcher=(\S+) backend=(\S+) is_host=(\S+) local_addr=(\S+) endpoint=(\S+)")
 
 
@@ -89,6 +92,21 @@ def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = Tr
     gdr = sum(1 for m in channels if m.group(1) == "IB" and m.group(2))
     report.checks.append(Check("gdrdma channels", gdr > 0, f"{gdr} of {len(channels)} NET channels use GDRDMA",
                                "" if gdr else "GPUDirect RDMA is off: check nvidia-peermem / dmabuf support on the node"))  # fmt: skip
+
+    retry = _RETRY_EXCEEDED.search(log)
+    if retry is not None:
+        # NCCL's own hint for this error says the timeout is too short; when the job got as far
+        # as connecting (small messages crossed), a silent drop of large frames is the likelier cause.
+        small_passed = network is not None or "Connected all" in log or "Init COMPLETE" in log
+        report.checks.append(Check(
+            "data path", False, f"'{retry.group(0)}': RDMA messages to a peer were never acknowledged",
+            ("small messages passed (NCCL connected) and large ones were lost: most likely a hop on the path "
+             "drops large frames without a word (an MTU or receive-buffer mismatch, not the timeout NCCL's hint "
+             "names). Check it with hostnet-rdma doctor --between NODE_A,NODE_B")
+            if small_passed else
+            "the peer never answered: a link or a route down between the nodes; hostnet-rdma doctor --between "
+            "NODE_A,NODE_B shows which sizes cross",
+        ))  # fmt: skip
 
     if expect_wrapper:
         w = _WRAPPER.search(log)

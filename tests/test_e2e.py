@@ -513,7 +513,6 @@ def test_gpu_jobs_run_one_after_another_after_the_capacity_check(monkeypatch: py
     assert created == []
 
 
-
 def test_the_sweep_lines_make_the_path_verdict() -> None:
     healthy = {"p0": f"{outcome.SWEEP} from=n1 to=n2 largest_ok=67108864 first_lost=- gbps=9.80\n"}
     assert outcome.path_verdict(healthy) == "to 64 MiB ok"

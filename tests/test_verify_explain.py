@@ -163,3 +163,13 @@ def test_verify_reads_the_container_the_webhook_trains_in() -> None:
     assert pod["spec"]["containers"][0]["name"] != want
     assert _training_container(pod, None)["name"] == want
     assert _training_container(pod, pod["spec"]["containers"][0]["name"]) is pod["spec"]["containers"][0]
+
+
+def test_a_retry_counter_exceeded_after_small_messages_passed_is_named_a_silent_drop() -> None:
+    """The field report's large-frame drop as NCCL shows it: connected (small messages crossed),
+    then completion status 12 / "transport retry counter exceeded", whose hint blames the timeout."""
+    report = verify((LOGS / "retry-exceeded.log").read_text())
+    (path,) = [c for c in report.checks if c.name == "data path"]
+    assert not path.ok and "never acknowledged" in path.detail
+    assert "drops large frames" in path.hint and "doctor --between" in path.hint
+    assert not any(c.name == "data path" for c in verify((LOGS / "good.log").read_text()).checks)
