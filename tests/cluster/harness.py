@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,7 @@ class State:
     pids: dict[str, int] = field(default_factory=dict)
     cgroups: list[str] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)
+    firewall: list[str] = field(default_factory=list)  # iptables rules added (silent_large_frame_drop)
 
 
 # ------------------------------------------------------------------------------- cluster
@@ -565,6 +567,39 @@ wait
     def node_dir(self, node: str) -> Path:
         return self.workdir / node
 
+    @contextlib.contextmanager
+    def silent_large_frame_drop(self) -> Iterator[None]:
+        """The field report's OVS-DOCA failure, built in: the nodes' links and the bridge between
+        them (their switch) at MTU 9000 end to end, as the nodes see them, and the switch dropping
+        every frame over 1500 bytes that goes from one node to another: no ICMP, no counter on the
+        nodes' own interfaces (bridge netfilter in the host; ../shared/recipes/mtu-blackhole).
+        Everything is as before once it is left."""
+        tag = self.state.tag
+        ports = [f"hrc{tag}v{i}" for i in range(1, len(self.nodes) + 1)]
+        rules = [f"FORWARD -m physdev --physdev-in {a} --physdev-out {b} -m length --length 1501:65535 -j DROP"
+                 for a in ports for b in ports if a != b]  # fmt: skip
+        self.state.firewall += rules
+        self.save()
+        try:
+            for port in ports:
+                sh("ip", "link", "set", port, "mtu", "9000")
+            sh("ip", "link", "set", self.state.bridge, "mtu", "9000")
+            for ns in self.state.netns:
+                sh("ip", "-n", ns, "link", "set", "eth0", "mtu", "9000")
+            for rule in rules:
+                sh("iptables", "-I", *rule.split())
+            yield
+        finally:
+            for rule in rules:
+                sh("iptables", "-D", *rule.split(), check=False)
+            for ns in self.state.netns:
+                sh("ip", "-n", ns, "link", "set", "eth0", "mtu", "1500", check=False)
+            for port in ports:
+                sh("ip", "link", "set", port, "mtu", "1500", check=False)
+            sh("ip", "link", "set", self.state.bridge, "mtu", "1500", check=False)
+            self.state.firewall = [r for r in self.state.firewall if r not in rules]
+            self.save()
+
     @property
     def infiniband(self) -> Path:
         """The nodes' stand-in for /dev/infiniband (config.inject.infinibandPath must be under
@@ -692,6 +727,8 @@ def teardown(st: State) -> None:
                 sh("umount", "-l", m, check=False)
     with contextlib.suppress(OSError):
         infiniband_dir(st.tag).rmdir()
+    for rule in st.firewall:
+        sh("iptables", "-D", *rule.split(), check=False)
     for route in st.routes:
         sh("ip", "route", "del", *route.split(), check=False)
     for ns in st.netns:

@@ -21,7 +21,7 @@ import yaml
 from app.core.wrap import BOOTSTRAP_PATH
 from tests.cluster import jobs
 from tests.cluster.conftest import secret_ca, torch_sites
-from tests.cluster.harness import ROOT, Cluster
+from tests.cluster.harness import ROOT, Cluster, log, sh
 from tests.cluster.held import held_to
 from tests.cluster.release import OFF, ON, RELEASE, RELEASE_NS, helm, image_ref
 from tests.cluster.timings import TIMINGS
@@ -424,3 +424,58 @@ def test_opt_in_modes(cluster: Cluster, release: dict[str, Any]) -> None:
     while not _mutated(_dry_run_probe(cluster, labels={})):
         assert time.monotonic() < deadline, "back to opt-in mode namespace: never took effect"
         time.sleep(0.5)
+
+
+def _drops(c: Cluster) -> list[str]:
+    """What the nodes' own interfaces count as dropped or in error."""
+    keys = ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
+    return [sh("ip", "netns", "exec", ns, "sh", "-c", " ".join(f"cat /sys/class/net/eth0/statistics/{k};" for k in keys)).stdout
+            for ns in c.state.netns]  # fmt: skip
+
+
+def _doctor_between(c: Cluster, sites: tuple[str, ...]) -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-m", "app.cli", "doctor", "--between", ",".join(c.nodes), "--kubeconfig", str(c.kubeconfig),
+         "--image", image_ref(c, "train"), "--image-pull-policy", "Never", "--bound", "5", "--timeout", "180",
+         *[a for s in sites for a in ("--torch-host-path", s)]],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    return p, time.monotonic() - t0
+
+
+def test_a_silent_large_frame_drop_between_the_nodes_is_named(cluster: Cluster, release: dict[str, Any]) -> None:
+    """The field report's second failure (seed 001), built in: links at MTU 9000 end to end as
+    the nodes see them, and the switch between them dropping every frame over 1500 bytes, with
+    no ICMP and no counter on the nodes' interfaces. `doctor --between` and the e2e job both send
+    messages of increasing size and name it in seconds; on the healthy cluster both pass."""
+    from app import kube
+    from app.e2e import jobs as e2e_jobs
+    from app.e2e import run as e2e_run
+
+    sites = tuple(str(s) for s in torch_sites())
+    healthy, seconds = _doctor_between(cluster, sites)
+    TIMINGS["doctor --between, healthy path: PASS"] = seconds
+    print(f"\nhealthy ({seconds:.0f}s):\n{healthy.stdout}")
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert "PASS  path" in healthy.stdout and "to 64 MiB ok" in healthy.stdout
+    params = e2e_jobs.Params(namespace="", image=image_ref(cluster, "train"), image_pull_policy="Never",
+                             host_paths=sites, sweep_bound=5)  # fmt: skip
+    counters = _drops(cluster)
+    with cluster.silent_large_frame_drop():
+        broken, seconds = _doctor_between(cluster, sites)
+        TIMINGS["doctor --between, large frames dropped: FAIL with the verdict"] = seconds
+        print(f"large frames dropped ({seconds:.0f}s):\n{broken.stdout}")
+        verdict = re.compile(rf"messages of 2048 bytes and more do not arrive between ({'|'.join(cluster.nodes)}) and "
+                             rf"({'|'.join(cluster.nodes)}); smaller ones \(512 bytes\) do: an MTU or receive-buffer mismatch")  # fmt: skip
+        assert broken.returncode == 1 and "FAIL  path" in broken.stdout, broken.stdout + broken.stderr
+        assert verdict.search(broken.stdout) and "2 KiB lost" in broken.stdout, broken.stdout
+        t0 = time.monotonic()
+        (job,) = e2e_run.run(kube.api_client(str(cluster.kubeconfig)),
+                             e2e_run.Options(params, launchers=["job"], timeout=180), say=log)  # fmt: skip
+        TIMINGS["e2e job, large frames dropped: failed with the verdict"] = time.monotonic() - t0
+        assert job.outcome == "failed" and verdict.search(job.detail), job
+        assert job.path.startswith("2 KiB lost"), job
+        assert _drops(cluster) == counters, "the nodes' own interfaces must count nothing"
+    healed, seconds = _doctor_between(cluster, sites)
+    assert healed.returncode == 0, healed.stdout + healed.stderr

@@ -891,6 +891,7 @@ def test_e2e_suite_on_the_namespace_cluster(cluster: Cluster, installed: dict[st
         assert r.rendezvous == ("static" if name == "trainjob" else "c10d"), r
         assert r.nccl == "n/a (gloo on CPU)" and r.webhook, r
         assert r.seconds < 300, r  # its own timeout, not the others'
+        assert r.path == "to 64 MiB ok", r  # the data path, swept through the job's own backend
 
 
 def test_e2e_command_through_a_users_kubeconfig(cluster: Cluster, installed: dict[str, float]) -> None:
