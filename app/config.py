@@ -70,6 +70,7 @@ class _Wrapper(_Strict):
     rdzv_port_span: int = Field(_D.rdzv_port_span, alias="rdzvPortSpan", ge=1, le=10000)
     # (the core keeps these as plain strings; the file accepts only the listed values)
     fabric_preflight: Literal["warn", "strict", "off"] = Field(cast(Any, _D.fabric_preflight), alias="fabricPreflight")
+    require_rdma: bool = Field(_D.require_rdma, alias="requireRdma")
     delivery: Literal["imageVolume", "initContainer", "inline"] = cast(Any, _D.wrapper_delivery)
     image: str = Field(_D.wrapper_image, pattern=r"^[^\s]*$", max_length=512)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(

@@ -8,15 +8,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.wrapper.fabric import Transport
+
 TROUBLESHOOTING = 'hostnet-rdma\'s docs/troubleshooting.md, "NCCL uses sockets, or no GDRDMA"'
 
-_USING_NETWORK = re.compile(r"NCCL INFO Using network (\w+)")
-_IB_DEVICES = re.compile(r"NCCL INFO NET/IB\s*:\s*Using (.*?)(?:;|$)")
-_DEVICE = re.compile(r"\[\d+\]([\w.-]+?)(?::\d+)?/(RoCE|IB)")
-_CHANNEL = re.compile(r"via NET/(IB|Socket)/\d+(/GDRDMA)?")
-# An RDMA send never acknowledged (IBV_WC_RETRY_EXC_ERR): NCCL's "transport retry counter exceeded",
-# completion status 12.
-_RETRY_EXCEEDED = re.compile(r"transport retry counter exceeded|(?:completion )?status[ =:]+12\b", re.I)
 _WRAPPER = re.compile(r"hostnet-rdma: launcher=(\S+) backend=(\S+) is_host=(\S+) local_addr=(\S+) endpoint=(\S+)")
 
 
@@ -57,23 +52,22 @@ def expected_devices(nccl_ib_hca: str | None) -> set[str] | None:
 
 def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = True) -> Report:
     report = Report()
-    network = _USING_NETWORK.search(log)
-    if network is None:
+    t = Transport(log)  # NCCL's INFO lines, else the wrapper's transport line
+    said = " (the wrapper's transport line)" if t.from_wrapper else ""
+    if not t.network:
         report.checks.append(Check("transport", False, "no 'NCCL INFO Using network' line",
                                    "set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET (the default profile does)"))  # fmt: skip
     else:
-        ib = network.group(1) == "IB"
-        report.checks.append(Check("transport", ib, f"Using network {network.group(1)}",
-                                   "" if ib else "NCCL fell back to sockets: /dev/infiniband missing or unusable "
+        report.checks.append(Check("transport", t.rdma, f"Using network {t.network}{said}",
+                                   "" if t.rdma else "NCCL fell back to sockets: /dev/infiniband missing or unusable "
                                    "(privileged/device plugin), or NCCL_IB_HCA names no usable device"))  # fmt: skip
 
-    devices_line = _IB_DEVICES.search(log)
-    if devices_line is None:
+    if not t.ib_line:
         report.checks.append(
             Check("ib devices", False, "no 'NET/IB : Using' line", "NCCL did not open any RDMA device")
         )
     else:
-        found = [m.group(1) for m in _DEVICE.finditer(devices_line.group(1))]
+        found = t.hcas
         detail = f"{len(found)} devices: {','.join(found)}"
         ok = bool(found)
         hint = ""
@@ -88,18 +82,16 @@ def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = Tr
             hint = "check NCCL_IB_HCA in the pod env against the node's ports (ibv_devices)"
         report.checks.append(Check("ib devices", ok, detail, hint if not ok else ""))
 
-    channels = [m for m in _CHANNEL.finditer(log)]
-    gdr = sum(1 for m in channels if m.group(1) == "IB" and m.group(2))
-    report.checks.append(Check("gdrdma channels", gdr > 0, f"{gdr} of {len(channels)} NET channels use GDRDMA",
+    gdr = t.gdrdma
+    report.checks.append(Check("gdrdma channels", gdr > 0, f"{gdr} of {t.channels} NET channels use GDRDMA",
                                "" if gdr else "GPUDirect RDMA is off: check nvidia-peermem / dmabuf support on the node"))  # fmt: skip
 
-    retry = _RETRY_EXCEEDED.search(log)
-    if retry is not None:
+    if t.retry:
         # NCCL's own hint for this error says the timeout is too short; when the job got as far
         # as connecting (small messages crossed), a silent drop of large frames is the likelier cause.
-        small_passed = network is not None or "Connected all" in log or "Init COMPLETE" in log
+        small_passed = bool(t.network) or "Connected all" in log or "Init COMPLETE" in log
         report.checks.append(Check(
-            "data path", False, f"'{retry.group(0)}': RDMA messages to a peer were never acknowledged",
+            "data path", False, f"'{t.retry}': RDMA messages to a peer were never acknowledged",
             ("small messages passed (NCCL connected) and large ones were lost: most likely a hop on the path "
              "drops large frames without a word (an MTU or receive-buffer mismatch, not the timeout NCCL's hint "
              "names). Check it with hostnet-rdma doctor --between NODE_A,NODE_B")

@@ -250,3 +250,123 @@ def test_strict_mode_refuses_to_start(tmp_path: Path, shm_dir: Any) -> None:
 def test_off_mode_skips_the_checks(tmp_path: Path) -> None:
     p = wrapper(bm_gpu4_8(tmp_path, down=("mlx5_2",)), extra={"HOSTNET_RDMA_FABRIC_PREFLIGHT": "off"})
     assert "fabric" not in p.stderr
+
+
+# ---------------------------------------------------------------- the transport, at any NCCL_DEBUG level
+
+
+def _nccl_lines(log: str) -> str:
+    """A rank's NCCL debug file as NCCL writes it (NCCL_DEBUG_FILE): its NCCL lines only."""
+    text = (Path(__file__).parent / "logs" / log).read_text()
+    lines = [ln for ln in text.splitlines() if " NCCL " in ln]
+    if not any("Init COMPLETE" in ln for ln in lines):
+        lines.append("node-0:1201:1201 [0] NCCL INFO comm 0x55d0 rank 0 nranks 16 - Init COMPLETE")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("level", ["", "WARN", "VERSION"])
+def test_a_quiet_nccl_debug_is_redirected_and_the_user_keeps_their_level(level: str) -> None:
+    from app.wrapper import torchrun as w
+
+    extra, d = w.nccl_debug_redirect({"NCCL_DEBUG": level} if level else {})
+    assert d is not None and extra["NCCL_DEBUG"] == "INFO" and extra["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
+    assert extra["NCCL_DEBUG_FILE"].startswith(d) and "%p" in extra["NCCL_DEBUG_FILE"]
+    assert w.nccl_debug_redirect({"NCCL_DEBUG": "INFO"}) == ({}, None)  # the user reads them already
+    assert w.nccl_debug_redirect({"NCCL_DEBUG": "WARN", "NCCL_DEBUG_FILE": "/x/%p"}) == ({}, None)
+    shutil.rmtree(d)
+
+
+def _watch(tmp_path: Path, log: str, env: dict[str, str]) -> tuple[str, str, int]:
+    import io
+    import signal
+    import subprocess
+    import threading
+
+    from app.wrapper import torchrun as w
+
+    d = tmp_path / "nccl"
+    d.mkdir(parents=True)
+    term = tmp_path / "termination-log"
+    term.write_text("")
+    parent = subprocess.Popen(["sleep", "30"])
+    out = io.StringIO()
+    env = {**env, "HOSTNET_RDMA_TERMINATION_LOG": str(term)}
+    t = threading.Thread(
+        target=w.watch_transport, args=(str(d), env, parent.pid, lambda: parent.poll() is None, 0.05, out), daemon=True
+    )
+    t.start()
+    (d / "nccl.node-0.1201.log").write_text(_nccl_lines(log))
+    try:
+        parent.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    t.join(timeout=5)
+    return out.getvalue(), term.read_text(), parent.returncode
+
+
+def test_the_watcher_says_the_transport_and_puts_it_in_the_termination_message(tmp_path: Path) -> None:
+    hca = "=mlx5_0,mlx5_2,mlx5_6,mlx5_8,mlx5_10,mlx5_12,mlx5_14,mlx5_16,mlx5_1,mlx5_3,mlx5_7,mlx5_9,mlx5_11,mlx5_13,mlx5_15,mlx5_17"
+    said, term, rc = _watch(tmp_path, "good.log", {"NCCL_DEBUG": "WARN", "NCCL_IB_HCA": hca})
+    line = "hostnet-rdma: transport=IB hcas=mlx5_0,mlx5_2,mlx5_6"
+    assert line in said and "(16 of NCCL_IB_HCA's 16)" in said and "gdrdma=" in said, said
+    assert term.startswith(line)
+    assert rc == -9  # not stopped: IB
+
+
+def test_socket_transport_with_require_rdma_stops_the_job(tmp_path: Path) -> None:
+    said, term, rc = _watch(tmp_path, "socket-fallback.log", {"NCCL_DEBUG": "WARN", "HOSTNET_RDMA_REQUIRE_RDMA": "1"})
+    assert "hostnet-rdma: transport=Socket" in said and "error: NCCL uses Socket, not RDMA" in said, said
+    assert term.startswith("hostnet-rdma: error: NCCL uses Socket, not RDMA")
+    assert rc == -15  # SIGTERM to torchrun: the job stops instead of training at socket speed
+    said, _, rc = _watch(tmp_path / "again", "socket-fallback.log", {"NCCL_DEBUG": "WARN"})
+    assert "hostnet-rdma: transport=Socket" in said and "error" not in said and rc == -9
+
+
+@pytest.mark.parametrize(("log", "ok"), [("good.log", True), ("socket-fallback.log", False), ("no-gdrdma.log", False)])
+def test_verify_reads_the_watchers_line_in_a_log_without_nccl_info_lines(tmp_path: Path, log: str, ok: bool) -> None:
+    """A pod whose image sets NCCL_DEBUG=WARN: its log has the wrapper's lines and NCCL's
+    warnings, none of NCCL's INFO lines; verify gives the verdict it gives on the INFO log."""
+    from app.core.params import BM_GPU4_8_HCAS
+    from app.verify import expected_devices, verify
+
+    said, _, _ = _watch(tmp_path, log, {"NCCL_DEBUG": "WARN", "NCCL_IB_HCA": BM_GPU4_8_HCAS})
+    text = (Path(__file__).parent / "logs" / log).read_text()
+    quiet = "\n".join(ln for ln in text.splitlines() if " NCCL INFO " not in ln) + "\n" + said
+    want = verify(text, expected_devices(BM_GPU4_8_HCAS))
+    got = verify(quiet, expected_devices(BM_GPU4_8_HCAS))
+    assert got.ok is ok and want.ok is ok
+    assert {c.name: c.ok for c in got.checks} == {c.name: c.ok for c in want.checks}
+    assert [c.detail for c in got.checks if c.name == "ib devices"] == [
+        c.detail for c in want.checks if c.name == "ib devices"
+    ]
+    assert "(the wrapper's transport line)" in next(c.detail for c in got.checks if c.name == "transport") or not ok
+
+
+def test_the_wrappers_process_ends_with_torchrun(tmp_path: Path) -> None:
+    """The watcher is a child of torchrun's process: it must not keep the pod's output open
+    after torchrun ends (a reader of the output would wait for it), and it cleans up."""
+    import subprocess
+    import sys
+    import time
+
+    fake = tmp_path / "torchrun"
+    fake.write_text(f"#!{sys.executable}\nimport sys; print('trained'); sys.exit(3)\n")
+    fake.chmod(0o755)
+    script = (
+        "import os, sys; from app.wrapper import torchrun as w; env = dict(os.environ, NCCL_DEBUG='WARN'); "
+        "w.start_transport_watch(env); print(env['NCCL_DEBUG_FILE']); sys.stdout.flush(); "
+        f"os.execve({str(fake)!r}, [{str(fake)!r}], env)"
+    )
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20,
+                       cwd=Path(__file__).parent.parent)  # fmt: skip
+    took = time.monotonic() - start
+    assert p.returncode == 3 and "trained" in p.stdout, p.stderr
+    assert took < 5, took  # not the watcher's lifetime: it holds neither stdout nor stdin
+    d = Path(p.stdout.splitlines()[0]).parent
+    for _ in range(50):  # it sees torchrun gone within a poll, then removes its directory
+        if not d.exists():
+            break
+        time.sleep(0.1)
+    assert not d.exists()

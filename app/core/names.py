@@ -32,6 +32,8 @@ ANN_NNODES = rules.ANN_NNODES
 # `keep`: a --local-addr of the user's that other nodes could not reach is refused at start,
 # not replaced by the pod's DNS name.
 ANN_LOCAL_ADDR = rules.ANN_LOCAL_ADDR
+# true: stop the job when NCCL chose sockets instead of RDMA (default: the config's requireRdma).
+ANN_REQUIRE_RDMA = rules.ANN_REQUIRE_RDMA
 
 # Volumes we add. The prefix lets a second pass recognise its own work.
 VOL_INFINIBAND = "hostnet-rdma-ib"
@@ -70,6 +72,7 @@ ENV_FABRIC_PREFLIGHT = rules.ENV_FABRIC_PREFLIGHT
 ENV_POD = rules.ENV_POD
 ENV_TERMINATION_LOG = rules.ENV_TERMINATION_LOG
 ENV_KEEP_LOCAL_ADDR = rules.ENV_KEEP_LOCAL_ADDR
+ENV_REQUIRE_RDMA = rules.ENV_REQUIRE_RDMA
 FABRIC_PREFLIGHT_MODES = ("warn", "strict", "off")
 
 # Marker argv[0] of the bootstrap shell, so a second pass sees the container is wrapped.

@@ -153,6 +153,9 @@ class InjectConfig:
     dns_timeout_seconds: int = 300
     min_torch: str = "2.5"
     fabric_preflight: str = "warn"
+    # Stop a job whose NCCL chose sockets instead of RDMA (the wrapper's transport watch), rather
+    # than let it run at socket speed. Per pod: the annotation hostnet-rdma.io/require-rdma.
+    require_rdma: bool = False
     # How the wrapper files reach the pod: "imageVolume" mounts them read-only from wrapper_image
     # (Kubernetes 1.35+ with containerd 2.1+ / CRI-O 1.31+: smallest pod, no extra container);
     # "initContainer" copies them from wrapper_image into the injected emptyDir; "inline"

@@ -372,6 +372,7 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         names.ENV_MIN_TORCH: cfg.min_torch,
         names.ENV_FABRIC_PREFLIGHT: _fabric_mode(ctx),
         names.ENV_KEEP_LOCAL_ADDR: "1" if _keep_local_addr(ctx) else "",
+        names.ENV_REQUIRE_RDMA: "1" if ctx.flag(names.ANN_REQUIRE_RDMA, cfg.require_rdma) else "",
     }
     # What goes into the pod: not the wrapper's own defaults, nor what it derives from the rest
     # (rules.implied; the pod's DNS zone when its resolver will have one): every byte is in

@@ -56,6 +56,9 @@ ENV_TERMINATION_LOG = "HOSTNET_RDMA_TERMINATION_LOG"
 # "1": a --local-addr of the user's that other nodes could not reach is refused, not replaced
 # (the pod annotation hostnet-rdma.io/local-addr: keep).
 ENV_KEEP_LOCAL_ADDR = "HOSTNET_RDMA_KEEP_LOCAL_ADDR"
+# "1": a job whose NCCL chose sockets instead of RDMA is stopped (the pod annotation
+# hostnet-rdma.io/require-rdma, or the cluster config's wrapper.requireRdma).
+ENV_REQUIRE_RDMA = "HOSTNET_RDMA_REQUIRE_RDMA"
 TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
 # Set by the wrapper on the process it execs, so the start-up hook does not handle it twice.
 ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
@@ -66,7 +69,7 @@ ENV_POD = "HOSTNET_RDMA_POD"
 PACKED = (
     ENV_LAUNCHER, ENV_LOCAL_ADDR, ENV_IDENTITIES, ENV_PEERS, ENV_RDZV_ID, ENV_RDZV_BACKEND, ENV_RDZV_ENDPOINT,
     ENV_NNODES, ENV_GLOO_IFNAME, ENV_NCCL_IFNAME, ENV_DNS_TIMEOUT, ENV_MIN_TORCH, ENV_FABRIC_PREFLIGHT,
-    ENV_TERMINATION_LOG, ENV_KEEP_LOCAL_ADDR,
+    ENV_TERMINATION_LOG, ENV_KEEP_LOCAL_ADDR, ENV_REQUIRE_RDMA,
 )  # fmt: skip
 _PACKED_KEYS = {name[len(ENV_PREFIX) :].lower(): name for name in PACKED}
 
@@ -88,6 +91,7 @@ ETCD_BACKENDS = ("etcd", "etcd-v2")
 NNODES_UNKNOWN = "?"
 ANN_NNODES = "hostnet-rdma.io/nnodes"
 ANN_LOCAL_ADDR = "hostnet-rdma.io/local-addr"
+ANN_REQUIRE_RDMA = "hostnet-rdma.io/require-rdma"
 
 
 def pack(settings: Mapping[str, str]) -> str:

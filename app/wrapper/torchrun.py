@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 try:
     import hostnet_rdma_fabric as fabric  # type: ignore[import-not-found,unused-ignore]  # in a pod
@@ -497,6 +498,119 @@ def fabric_preflight(plan: rules.Plan, env: Mapping[str, str]) -> None:
         )
 
 
+# ---------------------------------------------------------------------------- transport watch
+# NCCL says which transport it chose (IB or Socket, which HCAs, GPUDirect) only at INFO level,
+# and images commonly set NCCL_DEBUG=WARN. When the user's level is quieter than INFO, NCCL
+# writes its INIT/NET lines to files of the wrapper's (the user's stdout keeps its own level: the
+# WARN lines are passed on), and a small watcher prints one line once the communicators are up
+# and puts it in the termination message, so `kubectl describe pod` shows the transport.
+def nccl_debug_redirect(env: Mapping[str, str]) -> Tuple[Dict[str, str], Optional[str]]:
+    """The env that sends NCCL's INIT/NET lines to files in a directory of ours, and that
+    directory; ({}, None) when the user reads them already (INFO) or chose a file of their own."""
+    if env.get("NCCL_DEBUG", "").strip().upper() in ("INFO", "TRACE") or env.get("NCCL_DEBUG_FILE"):
+        return {}, None
+    for base in ("/dev/shm", os.environ.get("TMPDIR") or "/tmp"):
+        d = os.path.join(base, "hostnet-rdma-nccl-" + str(os.getpid()))
+        try:
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, ".w"), "w"):
+                pass
+        except OSError:
+            continue
+        return {
+            "NCCL_DEBUG": "INFO",
+            "NCCL_DEBUG_SUBSYS": "INIT,NET",
+            "NCCL_DEBUG_FILE": os.path.join(d, "nccl.%h.%p.log"),
+        }, d
+    return {}, None
+
+
+def watch_transport(
+    d: str, env: Mapping[str, str], parent: int, alive: Callable[[], bool], poll: float = 0.5, out: Any = None
+) -> None:
+    """Follow NCCL's debug files in `d` while `alive()` (torchrun, pid `parent`, runs): pass on
+    what the user's NCCL_DEBUG would have shown, say the transport once NCCL's communicators are
+    up, and with HOSTNET_RDMA_REQUIRE_RDMA stop the job when it is not RDMA."""
+    out = out or sys.stderr
+    level = env.get("NCCL_DEBUG", "").strip().upper()
+    offsets: Dict[str, int] = {}
+    kept: List[str] = []
+    said = retry_said = False
+    require = env.get(rules.ENV_REQUIRE_RDMA) == "1"
+    while True:
+        running = alive()
+        for name in sorted(os.listdir(d)):
+            if not name.startswith("nccl."):
+                continue
+            path = os.path.join(d, name)
+            try:
+                with open(path, errors="replace") as f:
+                    f.seek(offsets.get(path, 0))
+                    chunk = f.read(1 << 20)
+                    offsets[path] = f.tell()
+            except OSError:
+                continue
+            for line in chunk.splitlines():
+                if (" NCCL WARN " in line and level in ("WARN", "ABORT")) or (
+                        "NCCL version" in line and level in ("VERSION", "WARN")):  # fmt: skip
+                    out.write(line + "\n")
+                if ("Using network" in line or "NET/IB" in line or "via NET/" in line or "Init COMPLETE" in line
+                        or fabric.RETRY_EXCEEDED.search(line)) and len(kept) < 20000:  # fmt: skip
+                    kept.append(line)
+        t = fabric.Transport("\n".join(kept))
+        if t.ready and not said:
+            said = True
+            line = t.line(env.get("NCCL_IB_HCA", ""))
+            out.write(f"{PREFIX}: {line}\n")
+            if require and not t.rdma:
+                message = (f"{PREFIX}: error: NCCL uses {t.network or 'no network'}, not RDMA, and {rules.ENV_REQUIRE_RDMA} "
+                           f"says to stop rather than train at socket speed ({line}). " + _see("NCCL uses sockets, or no GDRDMA"))  # fmt: skip
+                out.write(message + "\n")
+                termination_message(message, env)
+                os.kill(parent, signal.SIGTERM)
+            else:
+                termination_message(f"{PREFIX}: {line}", env)
+        if t.retry and not retry_said:
+            retry_said = True
+            message = (f"{PREFIX}: warning: NCCL's RDMA messages to a peer were never acknowledged (transport retry "
+                       "counter exceeded) after its communicators were up: most likely a hop drops large frames (an MTU "
+                       "or receive-buffer mismatch); hostnet-rdma doctor --between NODE_A,NODE_B")  # fmt: skip
+            out.write(message + "\n")
+            termination_message(message, env)
+        out.flush()
+        if not running:
+            shutil.rmtree(d, ignore_errors=True)
+            return
+        time.sleep(poll)
+
+
+def start_transport_watch(env: Dict[str, str]) -> None:
+    """Before torchrun starts: the redirect into `env`, and the watcher in a child process of
+    this one (which becomes torchrun: the watcher follows it until it ends)."""
+    extra, d = nccl_debug_redirect(env)
+    if d is None:
+        return
+    parent = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        return  # no watcher: the user's NCCL_DEBUG stays as it was
+    if pid:
+        env.update(extra)
+        return
+    try:
+        # Its own session (a terminal's ^C goes to torchrun, which ends the job) and no hold on
+        # stdin/stdout: whoever reads the pod's output sees EOF when torchrun ends. torchrun's
+        # end is seen as this process being re-parented, which happens at exit, zombie or not.
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        watch_transport(d, env, parent, lambda: os.getppid() == parent)
+    finally:
+        os._exit(0)
+
+
 def _dry_run(new_args: List[str], plan: rules.Plan, env: Mapping[str, str]) -> None:
     """HOSTNET_RDMA_DRY_RUN: the log lines and the fabric checks, then the final argv as JSON
     (no DNS wait: the interface is looked up with whatever resolves now)."""
@@ -549,6 +663,7 @@ def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
         return 1
     _report(plan, env, extra_env, notes)
     env.update(extra_env)
+    start_transport_watch(env)
     # execve keeps the pid: the start-up hook in the real torchrun sees it is already handled.
     env[rules.ENV_HANDLED] = str(os.getpid())
     os.execve(real, [real, *new_args], env)
@@ -574,6 +689,9 @@ def intercept(argv: List[str]) -> None:
         os._exit(1)
     _report(plan, env, extra_env, notes)
     os.environ.update(extra_env)
+    watched = dict(env, **extra_env)
+    start_transport_watch(watched)
+    os.environ.update({k: watched[k] for k in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE") if k in watched})
     os.environ[rules.ENV_HANDLED] = str(os.getpid())
     argv[1:] = new_args
     if previous is not None:  # None: set outside Python, and cannot be given back
