@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -85,6 +86,41 @@ def runtime_for(
     return found
 
 
+def _cores(value: Any) -> int:
+    """A CPU quantity as Kubernetes' Quantity.Value() gives it: whole cores, rounded up."""
+    text = str(value or "0").strip()
+    try:
+        return math.ceil(int(text[:-1]) / 1000) if text.endswith("m") else math.ceil(float(text))
+    except (ValueError, OverflowError):
+        return 0
+
+
+def _nproc(trainer: Obj, js_spec: Obj) -> str:
+    """PET_NPROC_PER_NODE as the torch plugin of Trainer v2.3 sets it: the TrainJob's
+    numProcPerNode, else `auto` when a node asks for GPUs (any resource named *gpu*), else its
+    CPU request (or limit) in whole cores, at least 1. A runtime's torch policy has no say."""
+    if trainer.get("numProcPerNode") is not None:
+        return str(trainer["numProcPerNode"])
+    res = trainer.get("resourcesPerNode")
+    if not isinstance(res, dict):
+        res = {}
+        for r in js_spec.get("replicatedJobs") or []:
+            ancestor = ((r.get("template") or {}).get("metadata") or {}).get("labels", {}).get(ANCESTOR)
+            if r.get("name") == "node" or ancestor == "trainer":
+                pod = (((r.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+                res = next(
+                    (c.get("resources") or {} for c in pod.get("containers") or [] if c.get("name") == "node"), res
+                )
+    requests, limits = as_dict(res.get("requests")), as_dict(res.get("limits"))
+    for group in (requests, limits):
+        for key, value in group.items():
+            if "gpu" in str(key).lower():
+                if _cores(value) > 0:
+                    return "auto"
+                break
+    return str(max(1, _cores(requests.get("cpu")) or _cores(limits.get("cpu"))))
+
+
 def trainjob(
     obj: Obj, runtimes: dict[tuple[str, str], Obj], runtime_of: Callable[[str, str, str], Obj | None] | None
 ) -> list[Obj]:
@@ -97,9 +133,8 @@ def trainjob(
     trainer = as_dict(spec.get("trainer"))
     policy = runtime_spec.get("mlPolicy") or {}
     nodes = integer(trainer.get("numNodes", policy.get("numNodes")), 1, f"TrainJob {name}: numNodes")
-    torch = policy.get("torch") or {}
-    nproc = str(trainer.get("numProcPerNode") or torch.get("numProcPerNode") or "auto")
     js_spec = copy.deepcopy((runtime_spec.get("template") or {}).get("spec") or {})
+    nproc = _nproc(trainer, js_spec)
     subdomain = str((js_spec.get("network") or {}).get("subdomain") or name)
     for r in js_spec.get("replicatedJobs") or []:
         ancestor = ((r.get("template") or {}).get("metadata") or {}).get("labels", {}).get(ANCESTOR)

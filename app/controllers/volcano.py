@@ -45,6 +45,11 @@ def job(obj: Obj) -> list[Obj]:
     counts = {str(t.get("name")): integer(t.get("replicas"), 1, f"Volcano Job {name}: task {t.get('name')}.replicas")
               for t in tasks}  # fmt: skip
     pytorch = _plugin_args(plugins["pytorch"]) if isinstance(plugins.get("pytorch"), list) else None
+    # Volcano's admission adds svc for the plugins that need it (pytorch, tensorflow, mpi, ray).
+    svc = "svc" in plugins or any(k in plugins for k in ("pytorch", "tensorflow", "mpi", "ray"))
+    retries = str(as_dict(obj.get("status")).get("retryCount") or 0)
+    # Volcano runs a pod's plugins in Go map order, which varies from pod to pod: the order of
+    # the env they add does too (here: env, svc, pytorch). Nothing reads env by position.
     pods: list[Obj] = []
     for t in tasks:
         task = str(t.get("name"))
@@ -57,12 +62,12 @@ def job(obj: Obj) -> list[Obj]:
                       f"{V}task-spec": task, f"{V}task-index": str(i)}  # fmt: skip
             annotations = {"scheduling.k8s.io/group-name": f"{name}-{uid}", f"{V}job-name": name, f"{V}job-version": "0",
                            f"{V}queue-name": queue, f"{V}task-spec": task, f"{V}template-uid": f"{name}-{task}",
-                           f"{V}task-index": str(i)}  # fmt: skip
+                           f"{V}task-index": str(i), f"{V}job-retry-count": retries}  # fmt: skip
             p = pod_from_template(template, ns, name=pod_name, labels=labels, annotations=annotations,
                                   owners=[owner(obj, "batch.volcano.sh/v1alpha1", "Job")])  # fmt: skip
             if spec.get("schedulerName"):
                 p["spec"]["schedulerName"] = str(spec["schedulerName"])
-            if "svc" in plugins:
+            if svc:
                 p["spec"]["hostname"], p["spec"]["subdomain"] = pod_name, name
                 p["spec"].setdefault("volumes", []).append(
                     {"name": f"{name}-svc", "configMap": {"name": f"{name}-svc"}}
@@ -70,7 +75,7 @@ def job(obj: Obj) -> list[Obj]:
             for c in p["spec"].get("containers") or []:
                 if "env" in plugins:
                     add_env(c, literal("VK_TASK_INDEX", str(i)), literal("VC_TASK_INDEX", str(i)))
-                if "svc" in plugins:
+                if svc:
                     for other in counts:
                         for key in ("HOSTS", "NUM"):
                             env = f"VC_{_env_name(other)}_{key}"
@@ -79,20 +84,29 @@ def job(obj: Obj) -> list[Obj]:
                             )
                     c.setdefault("volumeMounts", []).append({"name": f"{name}-svc", "mountPath": "/etc/volcano"})
                 if pytorch is not None:
-                    add_env(c, *_pytorch_env(name, task, i, pytorch, counts))
+                    add_env(c, *_pytorch_env(name, task, i, pytorch, counts, tasks))
+                    port = int(pytorch.get("port") or 23456)
+                    if not any(isinstance(x, dict) and x.get("containerPort") == port for x in c.get("ports") or []):
+                        c.setdefault("ports", []).append({"name": "pytorchjob-port", "containerPort": port})
             pods.append(p)
     return pods
 
 
-def _pytorch_env(job: str, task: str, index: int, args: dict[str, str], counts: dict[str, int]) -> list[Obj]:
+def _pytorch_env(job: str, task: str, index: int, args: dict[str, str], counts: dict[str, int],
+                 tasks: list[Obj]) -> list[Obj]:  # fmt: skip
+    """Volcano's pytorch plugin: every pod gets the master's address, port and the world size;
+    the master's pods rank 0, a worker's its index + 1 (whatever the master's replicas)."""
     master, worker = args.get("master") or "master", args.get("worker") or "worker"
     port = args.get("port") or "23456"
     world = counts.get(master, 0) + counts.get(worker, 0)
-    if task not in (master, worker):
-        return []
-    rank = index if task == master else counts.get(master, 0) + index
-    return [literal("MASTER_ADDR", f"{job}-{master}-0.{job}"), literal("MASTER_PORT", port),
-            literal("WORLD_SIZE", str(world)), literal("RANK", str(rank))]  # fmt: skip
+    spec = next((as_dict(as_dict(t.get("template")).get("spec")) for t in tasks if t.get("name") == master), {})
+    host = f"{spec.get('hostname') or f'{job}-{master}-0'}.{spec.get('subdomain') or job}"
+    env = [literal("MASTER_ADDR", host), literal("MASTER_PORT", port), literal("WORLD_SIZE", str(world))]
+    if task == worker:
+        env.append(literal("RANK", str(index + 1)))
+    elif task == master:
+        env.append(literal("RANK", "0"))
+    return env
 
 
 def configmaps(obj: Obj) -> dict[str, dict[str, str]]:

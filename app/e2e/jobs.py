@@ -254,12 +254,14 @@ def trainjob(p: Params, name: str, port: int) -> list[Manifest]:
     runtime = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
         "metadata": {**_meta(p, f"{name}-runtime"), "labels": {"trainer.kubeflow.org/framework": "torch"}},
-        "spec": {"mlPolicy": {"numNodes": p.nodes, "torch": {"numProcPerNode": p.nproc_per_node}},
+        "spec": {"mlPolicy": {"numNodes": p.nodes, "torch": {}},
                  "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
                      "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
                      "spec": {"template": template(p, name, spec)}}}]}}},
     }  # fmt: skip
-    trainer: Manifest = {"numNodes": p.nodes, "command": ["torchrun", SCRIPT]}
+    # Trainer v2.3 takes the process count from the TrainJob only; left out it is `auto` when
+    # the node asks for GPUs, which torchrun reads as the visible GPUs, else as the CPU cores.
+    trainer: Manifest = {"numNodes": p.nodes, "numProcPerNode": p.nproc_per_node, "command": ["torchrun", SCRIPT]}
     if p.gpus_per_node:
         trainer["resourcesPerNode"] = {"limits": {p.gpu_resource: p.gpus_per_node}}
     job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": _job_meta(p, name),

@@ -24,6 +24,14 @@ def _env_names(c: Obj) -> list[str]:
     return [e["name"] for e in c.get("env") or []]
 
 
+def _defaulted(value: Any) -> Any:
+    """A pod's env value as the API server stores it: a fieldRef's apiVersion defaults to v1
+    (a custom resource's embedded template is stored without it)."""
+    if isinstance(value, dict) and isinstance(value.get("fieldRef"), dict):
+        return {**value, "fieldRef": {"apiVersion": "v1", **value["fieldRef"]}}
+    return value
+
+
 def differences(expected: Obj, real: Obj) -> list[str]:
     out: list[str] = []
     em, rm = expected["metadata"], real["metadata"]
@@ -57,11 +65,13 @@ def differences(expected: Obj, real: Obj) -> list[str]:
         # The webhook adds profile env (NCCL_*) and never removes: the real env less those.
         added = [n for n in _env_names(r) if n not in _env_names(c) and n.startswith(("NCCL_", "HOSTNET_RDMA_"))]
         have = [n for n in _env_names(r) if n not in added]
-        if have != _env_names(c):
+        # Volcano runs its plugins in Go map order: the order of what they add varies by pod.
+        plugins = "volcano.sh/job-name" in (em.get("annotations") or {})
+        if (sorted(have) if plugins else have) != (sorted(_env_names(c)) if plugins else _env_names(c)):
             out.append(f"container {c['name']} env {_env_names(c)} != {have}")
         values = {e["name"]: e.get("value", e.get("valueFrom")) for e in r.get("env") or []}
         for e in c.get("env") or []:
-            want = e.get("value", e.get("valueFrom"))
+            want = _defaulted(e.get("value", e.get("valueFrom")))
             if "<" not in str(want) and values.get(e["name"]) != want:
                 out.append(
                     f"container {c['name']} env {e['name']}={want!r}, the real pod has {values.get(e['name'])!r}"

@@ -693,15 +693,18 @@ def test_seed_job_files_with_plain_torchrun_complete_in_a_labelled_namespace(
     image, sites = image_ref(cluster, "train"), torch_sites()
     volcano = plain_torchrun(example("volcano-c10d", ML, image, sites, SEED), NPROC)
     assert "labels" not in volcano[0]["spec"]["tasks"][0]["template"].get("metadata", {})
-    found = run_volcano(cluster, volcano, "ddp-volcano-c10d",
-                        "Volcano Job (the seed's volcano-c10d.yaml, plain torchrun, no pod label) to Completed")  # fmt: skip
-    fields = check_one_store_host(found, "volcano", world=2 * NPROC)
-    uid = cluster.kubectl_json("get", "vcjob", "ddp-volcano-c10d", "-n", ML)["metadata"]["uid"]
-    port = job_port(InjectConfig(), uid)
-    assert all(f["endpoint"] == f"ddp-volcano-c10d-worker-0.ddp-volcano-c10d:{port}" and f["nnodes"] == "2"
-               and f["rdzv_id"] == uid for f in fields), fields  # fmt: skip
-    read_back(cluster, ML, "volcano.sh/job-name=ddp-volcano-c10d", "volcano-seed-plain", ("vcjob", "ddp-volcano-c10d"))
-    cluster.kubectl("delete", "vcjob", "ddp-volcano-c10d", "-n", ML, "--wait=true", "--timeout=60s")
+    try:  # deleted whatever fails: the next test applies the seed's file under the same name
+        found = run_volcano(cluster, volcano, "ddp-volcano-c10d",
+                            "Volcano Job (the seed's volcano-c10d.yaml, plain torchrun, no pod label) to Completed")  # fmt: skip
+        fields = check_one_store_host(found, "volcano", world=2 * NPROC)
+        uid = cluster.kubectl_json("get", "vcjob", "ddp-volcano-c10d", "-n", ML)["metadata"]["uid"]
+        port = job_port(InjectConfig(), uid)
+        assert all(f["endpoint"] == f"ddp-volcano-c10d-worker-0.ddp-volcano-c10d:{port}" and f["nnodes"] == "2"
+                   and f["rdzv_id"] == uid for f in fields), fields  # fmt: skip
+        read_back(cluster, ML, "volcano.sh/job-name=ddp-volcano-c10d", "volcano-seed-plain",
+                  ("vcjob", "ddp-volcano-c10d"))  # fmt: skip
+    finally:
+        cluster.kubectl("delete", "vcjob", "ddp-volcano-c10d", "-n", ML, "--wait=true", "--timeout=60s", check=False)
     pytorchjob = plain_torchrun(example("pytorchjob-c10d", ML, image, sites, SEED), NPROC)
     pytorchjob[0]["metadata"]["namespace"] = ML
     assert "metadata" not in pytorchjob[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
