@@ -173,3 +173,16 @@ def test_a_retry_counter_exceeded_after_small_messages_passed_is_named_a_silent_
     assert not path.ok and "never acknowledged" in path.detail
     assert "drops large frames" in path.hint and "doctor --between" in path.hint
     assert not any(c.name == "data path" for c in verify((LOGS / "good.log").read_text()).checks)
+
+
+def test_real_nccl_logs_at_warn_and_info_level_get_the_same_verdict() -> None:
+    """Both from NCCL 2.28.9 (torch 2.11) on an H200 without RDMA NICs, through the wrapper:
+    at INFO level NCCL's own lines; at WARN level only the wrapper's transport line says it."""
+    warn = verify((LOGS / "warn-level-h200-socket.log").read_text())
+    info = verify((LOGS / "info-level-h200-socket.log").read_text())
+    assert [(c.name, c.ok) for c in warn.checks] == [(c.name, c.ok) for c in info.checks] == [
+        ("transport", False), ("ib devices", False), ("gdrdma channels", False), ("wrapper", True)
+    ]  # fmt: skip
+    assert warn.checks[0].detail == "Using network Socket (the wrapper's transport line)"
+    assert info.checks[0].detail == "Using network Socket"
+    assert " NCCL INFO Using network" not in (LOGS / "warn-level-h200-socket.log").read_text()

@@ -326,7 +326,9 @@ class Transport:
         for line in _IB_USING.findall(text):
             found += [d for d in _IB_DEVICE.findall(line) if d not in found]
         self.hcas = found
-        self.ib_line = bool(_IB_USING.search(text))
+        # NCCL 2.28 with no RDMA device still says "NET/IB : Using [RO]; OOB eth0" after
+        # "NET/IB : No device found.": no device either way.
+        self.ib_line = bool(found) or (bool(_IB_USING.search(text)) and "NET/IB : No device found" not in text)
         channels = _NET_CHANNEL.findall(text)
         self.channels = len(channels)
         self.gdrdma = sum(1 for kind, gdr in channels if kind == "IB" and gdr)
