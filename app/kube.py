@@ -266,9 +266,9 @@ def namespace_labels(api: client.ApiClient, namespace: str) -> dict[str, str]:
     return dict((ns.metadata.labels if ns.metadata else None) or {})
 
 
-def webhook_selectors(api: client.ApiClient, webhook_config: str) -> selection.Selectors | None:
-    """The selection of the installed webhook configuration (its first webhook: the chart has
-    one); None when there is no such configuration."""
+def _first_webhook(api: client.ApiClient, webhook_config: str) -> dict[str, Any] | None:
+    """The first webhook of the installed MutatingWebhookConfiguration (the chart has one);
+    None when there is no such configuration."""
     try:
         resp: Any = client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
             webhook_config, _preload_content=False
@@ -277,22 +277,22 @@ def webhook_selectors(api: client.ApiClient, webhook_config: str) -> selection.S
         if e.status == 404:
             return None
         raise
-    hooks = json.loads(resp.data).get("webhooks") or [{}]
-    return selection.from_webhook(hooks[0])
+    hook: dict[str, Any] = (json.loads(resp.data).get("webhooks") or [{}])[0]
+    return hook
+
+
+def webhook_selectors(api: client.ApiClient, webhook_config: str) -> selection.Selectors | None:
+    """The selection of the installed webhook configuration; None when there is none."""
+    hook = _first_webhook(api, webhook_config)
+    return None if hook is None else selection.from_webhook(hook)
 
 
 def installed_config(api: client.ApiClient, webhook_config: str) -> tuple[dict[str, Any], selection.Selectors] | None:
     """The installed webhook's config (its ConfigMap `<release>-config`, in the namespace of the
     Service the webhook configuration calls) and its selection; None without the configuration."""
-    try:
-        resp: Any = client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(
-            webhook_config, _preload_content=False
-        )
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-    hook = (json.loads(resp.data).get("webhooks") or [{}])[0]
+    hook = _first_webhook(api, webhook_config)
+    if hook is None:
+        return None
     service = (hook.get("clientConfig") or {}).get("service") or {}
     namespace = str(service.get("namespace") or "hostnet-rdma-system")
     cm = client.CoreV1Api(api).read_namespaced_config_map(f"{webhook_config}-config", namespace)

@@ -46,16 +46,21 @@ def load_config(path: str | Path | None) -> InjectConfig:
         raise CommandError(str(e)) from None
 
 
-def read_pod_file(source: str) -> dict[str, Any]:
-    """Exactly one Pod from a YAML or JSON file (`-`: stdin)."""
+def _documents(source: str) -> list[Any]:
+    """The documents of a YAML or JSON file (`-`: stdin), empty ones left out."""
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text()
     except OSError as e:
         raise CommandError(f"cannot read {source}: {e.strerror}") from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        return [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
         raise CommandError(f"{source} is not YAML or JSON: {str(e).splitlines()[0]}") from None
+
+
+def read_pod_file(source: str) -> dict[str, Any]:
+    """Exactly one Pod from a YAML or JSON file (`-`: stdin)."""
+    docs = _documents(source)
     if len(docs) != 1:
         raise CommandError(f"{source} must hold exactly one object, found {len(docs)}")
     doc = docs[0]
@@ -73,15 +78,7 @@ def read_objects(sources: list[str]) -> list[dict[str, Any]]:
     """Every object of YAML or JSON files (`-`: stdin): multi-document, `kind: List` spread."""
     out: list[dict[str, Any]] = []
     for source in sources:
-        try:
-            text = sys.stdin.read() if source == "-" else Path(source).read_text()
-        except OSError as e:
-            raise CommandError(f"cannot read {source}: {e.strerror}") from None
-        try:
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
-        except yaml.YAMLError as e:
-            raise CommandError(f"{source} is not YAML or JSON: {str(e).splitlines()[0]}") from None
-        for doc in docs:
+        for doc in _documents(source):
             if not isinstance(doc, dict):
                 raise CommandError(f"{source} holds something that is not an object")
             if doc.get("kind") == "List" and isinstance(doc.get("items"), list):

@@ -285,6 +285,15 @@ def pet_name(option: str) -> str:
     return _PET_NAMES.get(option) or _pet_name(option)
 
 
+def _put(argv: Argv, source: str, option: str, value: str) -> None:
+    """Set an option torchrun will use: in place where the command has it, else before the
+    command's own (a flag also wins over torchrun's PET_* env)."""
+    if source == "cli":
+        argv.replace(option, value)
+    else:
+        argv.prepend(option, value)
+
+
 def effective(argv: Argv, env: Mapping[str, str], option: str) -> Tuple[Optional[str], str]:
     """The value torchrun will use for an option and where it comes from: cli, env or none.
 
@@ -571,10 +580,7 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
     rdzv_id, source = effective(argv, env, "--rdzv-id")
     wanted_id = env.get(ENV_RDZV_ID, "")
     if (rdzv_id is None or rdzv_id.strip().lower() == "none") and wanted_id:
-        if source == "cli":
-            argv.replace("--rdzv-id", wanted_id)
-        else:
-            argv.prepend("--rdzv-id", wanted_id)
+        _put(argv, source, "--rdzv-id", wanted_id)
         plan.added["--rdzv-id"] = wanted_id
         rdzv_id = wanted_id
     plan.rdzv_id = rdzv_id or "none"
@@ -599,10 +605,7 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
                 f"--local-addr {local_addr} replaced by {own}: it {why}, and the other nodes could not reach this "
                 f"one at it (annotate the pod {ANN_LOCAL_ADDR}: keep to refuse instead); remove it from the command"
             )
-            if source == "cli":
-                argv.replace("--local-addr", own)
-            else:
-                argv.prepend("--local-addr", own)
+            _put(argv, source, "--local-addr", own)
             plan.added["--local-addr"] = own
             local_addr = own
     plan.local_addr = local_addr or ""
