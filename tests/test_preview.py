@@ -151,3 +151,21 @@ def test_the_expansion_is_the_pod_the_controller_created(case: str) -> None:
                                            "ml") for p in ex.pods]  # fmt: skip
     diffs = [d for d in differences(pods[0], golden) if not d.startswith("container")]
     assert diffs == [], diffs
+
+
+def test_config_as_the_webhooks_configmap_is_taken_as_it_is(tmp_path: Path) -> None:
+    """A ConfigMap (kubectl get cm ... -o yaml) is the webhook's own file: a config without a
+    wrapper image does not wrap, as that webhook would not; the same lines as a chart block do."""
+    from app.cli.common import CommandError, preview_config
+
+    body = "inject: {shmSize: 16Gi}\n"
+    cm = tmp_path / "cm.yaml"
+    cm.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "data": {"config.yaml": body}}))
+    block = tmp_path / "block.yaml"
+    block.write_text(body)
+    own, charted = preview_config(str(cm), None), preview_config(str(block), None)
+    assert own.shm_size == charted.shm_size == "16Gi"
+    assert own.wrapper_image == "" and charted.wrapper_image.endswith(f"-wrapper:{chart.__version__}")
+    cm.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "data": {}}))
+    with pytest.raises(CommandError, match=r"has no data config\.yaml"):
+        preview_config(str(cm), None)

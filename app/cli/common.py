@@ -108,7 +108,8 @@ def add_preview_args(parser: Any) -> None:
 
 def preview_config(path: str | None, kube_version: str | None) -> InjectConfig:
     """The webhook's config for a preview: the chart's config: block (or a values file) resolved
-    as the chart resolves it, or the webhook's own config file, or the chart's defaults."""
+    as the chart resolves it, the webhook's own ConfigMap or config file as it is, or the
+    chart's defaults."""
     from app import chart
 
     version = kube_version or chart.KUBE_VERSION
@@ -123,7 +124,18 @@ def preview_config(path: str | None, kube_version: str | None) -> InjectConfig:
             raise CommandError(f"config: {path} is not YAML: {str(e).splitlines()[0]}") from None
         if not isinstance(data, dict):
             raise CommandError(f"config: {path} must hold a mapping")
-        if chart.is_chart_block(data):
+        if data.get("kind") == "ConfigMap":
+            # The webhook's own ConfigMap (kubectl get cm <release>-config -o yaml): as it is.
+            text = (data.get("data") or {}).get("config.yaml")
+            if not isinstance(text, str):
+                raise CommandError(f"config: the ConfigMap in {path} has no data config.yaml")
+            try:
+                data = yaml.safe_load(text) or {}
+            except yaml.YAMLError as e:
+                raise CommandError(f"config: config.yaml in {path} is not YAML: {str(e).splitlines()[0]}") from None
+            if not isinstance(data, dict):
+                raise CommandError(f"config: config.yaml in {path} must hold a mapping")
+        elif chart.is_chart_block(data):
             try:
                 data = chart.from_values(data if "config" in data else {"config": data}, version)
             except ValueError as e:

@@ -196,8 +196,13 @@ def test_uid_echo_and_patch_equals_cli_preview(server: Server, tmp_path: Path) -
     # The CLI preview with the same cluster config gives the very same pod.
     pod_file = tmp_path / "pod.yaml"
     pod_file.write_text(yaml.safe_dump(POD))
+    # The server's file as its ConfigMap (a file without a wrapper image would be read as the
+    # chart's config block, which always has one).
+    cm = tmp_path / "cm.yaml"
+    cm.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hostnet-rdma-config"},
+                                  "data": {"config.yaml": server.config.read_text()}}))  # fmt: skip
     cli = subprocess.run(
-        [sys.executable, "-m", "app.cli", "mutate", "-f", str(pod_file), "-o", "json", "--config", str(server.config)],
+        [sys.executable, "-m", "app.cli", "mutate", "-f", str(pod_file), "-o", "json", "--config", str(cm)],
         capture_output=True, text=True, cwd=ROOT, check=True,
     )  # fmt: skip
     assert got == json.loads(cli.stdout)
