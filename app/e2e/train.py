@@ -98,18 +98,22 @@ def sweep(rank: int, world: int, device: "torch.device") -> str:
         if rank not in pair:
             continue
         largest, first_lost, gbps = 0, 0, 0.0
+        other = pair[1] if rank == pair[0] else pair[0]
         for size in SIZES:
+            # One message each way (not a collective, which splits its buffer among the ranks:
+            # what crosses is then the size named). src/dst are ranks of the whole world.
             data = torch.ones(size // 4, device=device)
             t0 = time.perf_counter()
             try:
-                work = dist.all_reduce(data, group=group, async_op=True)
-                work.wait(timeout=datetime.timedelta(seconds=bound))
+                for send in (rank == pair[0], rank != pair[0]):
+                    op = dist.isend if send else dist.irecv
+                    op(data, other, group=group).wait(timeout=datetime.timedelta(seconds=bound))
                 if device.type == "cuda":
                     torch.cuda.synchronize()
             except Exception:  # a timeout, or the transport giving up (NCCL: retry count exceeded)
                 first_lost = size
                 break
-            largest, gbps = size, size * 8 / max(time.perf_counter() - t0, 1e-9) / 1e9
+            largest, gbps = size, 2 * size * 8 / max(time.perf_counter() - t0, 1e-9) / 1e9
         a, b = everyone[pair[0]][1], everyone[pair[1]][1]
         if rank == pair[0]:
             say(f"{SWEEP} from={a} to={b} largest_ok={largest} first_lost={first_lost or '-'} gbps={gbps:.2f}")
