@@ -1,4 +1,4 @@
-"""LeaderWorkerSet (v0.8.0): per group g a leader `<lws>-<g>` (the leader StatefulSet `<lws>`)
+"""LeaderWorkerSet (v0.8.0 to v0.9.0): per group g a leader `<lws>-<g>` (the leader StatefulSet `<lws>`)
 and workers `<lws>-<g>-<w>`, w = 1..size-1 (the worker StatefulSet `<lws>-<g>`), under the
 headless Service `<lws>`; LWS's own pod webhook adds the group's labels and the LWS_* env."""
 

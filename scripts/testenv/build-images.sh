@@ -107,7 +107,7 @@ LAUNCHERS_DIR="$CACHE/bin/launchers"
 for bin in "$LAUNCHERS_DIR"/*; do
   [ -x "$bin" ] || continue
   case "$bin" in *.tmp) continue ;; esac  # one build-launchers.sh is still writing
-  name="$(basename "$bin")"            # lws-v0.8.0
+  name="$(basename "$bin")"            # lws-v0.9.0
   lref="localhost/hostnet-rdma-test/${name%-v*}:v${name##*-v}"
   if [ ! -f "$OUT/launcher-$name.tar" ]; then
     c=$(buildah from scratch)

@@ -77,8 +77,9 @@ CONTROLLERS = {
             "training-operator", *PINS["training-operator"],
             ("manifests/overlays/standalone",), "kubeflow", "training-operator",
         ),
-        # Its default configuration (every integration, the pod webhook on all namespaces but
-        # kube-system and kueue-system, TopologyAwareScheduling on by default since v0.14).
+        # Its default configuration (the pod webhook on all namespaces but kube-system and
+        # kueue-system, TopologyAwareScheduling on by default since v0.14), with the PyTorchJob
+        # integration turned on (enable_frameworks): off by default since v0.19.
         Controller("kueue", *PINS["kueue"], ("config/default",), "kueue-system", "manager"),
     )
 }  # fmt: skip
@@ -124,6 +125,23 @@ def localize(docs: list[dict[str, Any]], ctl: Controller, image: str) -> list[di
     return docs
 
 
+# Kueue integrations its default configuration leaves off that the tests' jobs need: the
+# Training Operator v1's PyTorchJob (commented out in config/default since v0.19, where
+# Trainer v2 is the default). A user of both turns it on the same way (docs/launchers.md).
+KUEUE_FRAMEWORKS = ("kubeflow.org/pytorchjob",)
+
+
+def enable_frameworks(docs: list[dict[str, Any]], frameworks: tuple[str, ...]) -> None:
+    """Add `frameworks` to `integrations.frameworks` of Kueue's manager ConfigMap, as is."""
+    key = "controller_manager_config.yaml"
+    maps = [d for d in docs if d.get("kind") == "ConfigMap" and key in d.get("data", {})]
+    assert len(maps) == 1, f"kueue: expected one ConfigMap with {key}, found {len(maps)}"
+    config = yaml.safe_load(maps[0]["data"][key])
+    have = config.setdefault("integrations", {}).setdefault("frameworks", [])
+    have += [f for f in frameworks if f not in have]
+    maps[0]["data"][key] = yaml.safe_dump(config, sort_keys=False)
+
+
 def install(c: Cluster, name: str) -> float:
     """Deploy one controller and wait until its webhooks answer. Returns the seconds it took."""
     t0 = time.monotonic()
@@ -132,6 +150,8 @@ def install(c: Cluster, name: str) -> float:
     image = (c.images / f"launcher-{ctl.binary}.ref").read_text().strip()
     c.import_image(tar)
     docs = localize(render(c, ctl), ctl, image)
+    if name == "kueue":
+        enable_frameworks(docs, KUEUE_FRAMEWORKS)
     c.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
               stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), timeout=180)  # fmt: skip
     deployments = [d["metadata"]["name"] for d in docs if d.get("kind") == "Deployment"]

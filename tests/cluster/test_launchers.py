@@ -511,7 +511,7 @@ def admissions(c: Cluster, since: str, prefix: str) -> dict[str, list[str]]:
 
 
 def test_kueue_topology_aware_trainjob(cluster: Cluster, installed: dict[str, float]) -> None:
-    """Kueue v0.17.0 topology-aware scheduling with the field report's Topology / ResourceFlavor /
+    """Kueue topology-aware scheduling with the field report's Topology / ResourceFlavor /
     ClusterQueue / LocalQueue and its trainer-v2-trainjob-kueue.yaml. Nodes in two islands: the
     Workload stays pending (the job needs one island) and no pod exists. Both nodes put in one
     island: Kueue admits it, its pods carry Kueue's topology gate and our mutation both (ours
