@@ -521,6 +521,22 @@ def test_the_sweep_lines_make_the_path_verdict() -> None:
     assert outcome.path_verdict({"p0": "no sweep here"}) == ""
 
 
+def test_the_sweep_through_nccl_is_judged_from_its_real_logs() -> None:
+    """Rank 0's log of app/e2e/train.py under NCCL 2.28.9 / torch 2.11 on an H200: two ranks
+    given different NCCL_HOSTIDs (two "nodes" to NCCL, its Socket transport between them).
+    Clean: 512 B to 64 MiB arrive and the job goes on to its all_reduce. Lost: the peer's
+    messages of 8 KiB and more never came (the device machine has no iptables, so the peer's
+    side was a wait that runs out): NCCL's watchdog reports the timed-out RECV and says it takes
+    the process down, and the SWEEP line, printed first, and the verdict still come out."""
+    clean = (LOGS / "sweep-nccl-h200-clean.log").read_text()
+    assert outcome.path_verdict({"rank0": clean}) == "to 64 MiB ok"
+    assert "HOSTNET-RDMA-E2E-OK rank=0 world=2" in clean and "backend=nccl" in clean
+    lost = (LOGS / "sweep-nccl-h200-8k-lost.log").read_text()
+    assert "Watchdog caught collective operation timeout" in lost and "OpType=RECV" in lost
+    assert outcome.path_verdict({"rank0": lost}) == "8 KiB lost vm->vm (2 KiB ok)"
+    assert f"{outcome.FAIL} rank=0 world=2 messages of 8192 bytes and more do not arrive" in lost
+
+
 def test_a_sweep_only_job_completes_when_its_pods_exit_0() -> None:
     done = {"metadata": {"name": "p0"}, "status": {"containerStatuses": [
         {"name": "trainer", "state": {"terminated": {"exitCode": 0}}}]}}  # fmt: skip
