@@ -47,18 +47,28 @@ class Server:
         return httpx.AsyncClient(base_url=self.url, verify=self.trust(), timeout=30, **kw)  # type: ignore[arg-type]
 
 
-def start_server(tmp: Path, poll_seconds: str = "1") -> Server:
+def start_server(
+    tmp: Path,
+    poll_seconds: str | None = "1",
+    config_text: str = "inject: {shmSize: 16Gi}\n",
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+) -> Server:
+    """`hostnet-rdma serve` over TLS with a CA of its own, once /readyz answers. `env` and
+    `args` add to its environment and command line; no `poll_seconds`: the server's default."""
     cert_dir = tmp / "tls"
     ca = tls.make_ca()
     tls.write_dir(cert_dir, tls.make_serving(ca, ["localhost", "127.0.0.1"]), ca)
     config = tmp / "config.yaml"
-    config.write_text("inject: {shmSize: 16Gi}\n")
+    config.write_text(config_text)
     port = free_port()
     log = tmp / "server.log"
-    env = {**os.environ, "HOSTNET_RDMA_POLL_SECONDS": poll_seconds, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    if poll_seconds is not None:
+        env["HOSTNET_RDMA_POLL_SECONDS"] = poll_seconds
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--cert-dir", str(cert_dir), "--config", str(config)],
+         "--cert-dir", str(cert_dir), "--config", str(config), *args],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, cwd=ROOT,
     )  # fmt: skip
     server = Server(f"https://127.0.0.1:{port}", port, cert_dir, ca, config, proc, log)

@@ -11,11 +11,8 @@ opted-in namespace are sent within the rate limits once the API server answers.
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,8 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app import tls
-from tests.server.conftest import ROOT, Server, free_port
+from tests.server.conftest import Server, start_server
 from tests.server.test_server import post, review
 
 pytestmark = pytest.mark.server
@@ -118,36 +114,16 @@ def flooded(tmp_path: Path) -> Iterator[tuple[Server, StandIn]]:
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
     }))  # fmt: skip
-    cert_dir = tmp_path / "tls"
-    ca = tls.make_ca()
-    tls.write_dir(cert_dir, tls.make_serving(ca, ["localhost", "127.0.0.1"]), ca)
-    config = tmp_path / "config.yaml"
-    config.write_text("excludeNamespaces: [kube-system, hostnet-rdma-system]\n")
-    port = free_port()
-    log = tmp_path / "server.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOSTNET_RDMA_EVENTS_MAX_BACKOFF_SECONDS": "4"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--cert-dir",
-         str(cert_dir), "--config", str(config), "--kubeconfig", str(kubeconfig)],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+    server = start_server(
+        tmp_path, poll_seconds=None, config_text="excludeNamespaces: [kube-system, hostnet-rdma-system]\n",
+        env={"HOSTNET_RDMA_EVENTS_MAX_BACKOFF_SECONDS": "4"}, args=("--kubeconfig", str(kubeconfig)),
     )  # fmt: skip
-    server = Server(f"https://127.0.0.1:{port}", port, cert_dir, ca, config, proc, log)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with server.client() as c:
-                if c.get("/readyz").status_code == 200:
-                    break
-        except httpx.TransportError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.1)
     try:
         yield server, api
     finally:
         api.opened.set()
-        proc.terminate()
-        proc.wait(timeout=30)
+        server.proc.terminate()
+        server.proc.wait(timeout=30)
         api.shutdown()
 
 
