@@ -543,14 +543,14 @@ conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeo
 mount --bind {d / "hosts"} /etc/hosts
 hostname {node}
 PATH={b}:$PATH {b / "containerd"} --config {d / "containerd" / "config.toml"} >{self.logs / f"{node}-containerd.log"} 2>&1 &
-echo $! >{d / "containerd.pid"}
+echo $! >{d / "containerd.pid.tmp"} && mv {d / "containerd.pid.tmp"} {d / "containerd.pid"}
 for i in $(seq 100); do [ -S {sock} ] && break; sleep 0.1; done
 {b / "kubelet"} --config={d / "kubelet.yaml"} --kubeconfig={self.workdir / f"kc-{node}.yaml"} \\
   --root-dir={d / "kubelet"} --cert-dir={d / "kubelet" / "pki"} --hostname-override={node} \\
   --node-ip={net.node_ip(i)} --v=1 >{self.logs / f"{node}-kubelet.log"} 2>&1 &
-echo $! >{d / "kubelet.pid"}
+echo $! >{d / "kubelet.pid.tmp"} && mv {d / "kubelet.pid.tmp"} {d / "kubelet.pid"}
 {b / "kube-proxy"} --config={d / "kube-proxy.yaml"} >{self.logs / f"{node}-kube-proxy.log"} 2>&1 &
-echo $! >{d / "kube-proxy.pid"}
+echo $! >{d / "kube-proxy.pid.tmp"} && mv {d / "kube-proxy.pid.tmp"} {d / "kube-proxy.pid"}
 wait
 """
         self.spawn(f"{node}-init", [
@@ -560,6 +560,8 @@ wait
         self._wait(sock.exists, 30, f"{node} containerd")
         for f in ("containerd", "kubelet", "kube-proxy"):
             pid_file = d / f"{f}.pid"
+            # The shell renames a whole file into place: a bare `>` redirect would show an
+            # empty file for a moment (CI once read it then, and every launcher test errored).
             self._wait(pid_file.exists, 10, f"{node} {f} pid")
             self.state.pids[f"{node}-{f}"] = int(pid_file.read_text())
         self.save()
