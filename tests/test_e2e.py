@@ -323,6 +323,43 @@ def test_a_queued_job_that_times_out_says_what_kueue_said() -> None:
     assert run.Follow(object(), objects, "volcano", queued, 1, 1).queue_status() == ""  # type: ignore[arg-type]
 
 
+def test_a_queued_job_that_trained_without_a_workload_fails_the_run() -> None:
+    """Kueue ignores the queue-name label of a kind whose integration is off (PyTorchJob on
+    Kueue v0.19+): the job trains unqueued, past the quota. That is not a pass of a run through
+    Kueue."""
+    from app import kube
+    from app.e2e import outcome, run
+
+    objects = _Served(True)
+    queued = Params(namespace="e2e", image="train:1", kueue_queue=run.LOCAL_QUEUE)
+    trained = outcome.Result("pytorchjob", "passed", seconds=12.0, world=2, detail="1 warning")
+    follow = run.Follow(object(), objects, "pytorchjob", queued, 1, 1)  # type: ignore[arg-type]
+    judged = follow.unqueued(trained)
+    assert not judged.ok and judged.seconds == 12.0 and judged.world == 2
+    assert judged.detail == (
+        "trained, but Kueue made no Workload for it, so it ran unqueued, past ClusterQueue quota: Kueue does "
+        "not manage PyTorchJob here (its integration is off in Kueue's config; docs/launchers.md); 1 warning"
+    )
+    # With its Workload, or not sent through Kueue, or Volcano (its own queues), or failed anyway:
+    # the result stands as judged.
+    objects.workloads = [{"metadata": {"name": "pytorchjob-e2e-pytorchjob-1a2b3",
+                                       "ownerReferences": [{"kind": "PyTorchJob", "name": "e2e-pytorchjob"}]}}]  # fmt: skip
+    assert follow.unqueued(trained) is trained
+    objects.workloads = []
+    unqueued_params = Params(namespace="e2e", image="train:1")
+    assert run.Follow(object(), objects, "pytorchjob", unqueued_params, 1, 1).unqueued(trained) is trained  # type: ignore[arg-type]
+    assert run.Follow(object(), objects, "volcano", queued, 1, 1).unqueued(trained) is trained  # type: ignore[arg-type]
+    lost = outcome.Result("pytorchjob", "failed", detail="rank 1 exited 1")
+    assert follow.unqueued(lost) is lost
+
+    class _Forbidden(_Served):
+        def list_objects(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+            raise kube.ApiException(status=403, reason="Forbidden")
+
+    blind = run.Follow(object(), _Forbidden(True), "pytorchjob", queued, 1, 1).unqueued(trained)  # type: ignore[arg-type]
+    assert not blind.ok and blind.detail.startswith("trained, but its Kueue Workloads were not readable (")
+
+
 # ------------------------------------------------------------------------------ kind
 
 

@@ -169,10 +169,10 @@ class Follow:
             time.sleep(self.poll)
         seconds = time.monotonic() - t0
         if state.state == "completed":
-            self.result = outcome.judge(
+            self.result = self.unqueued(outcome.judge(
                 self.launcher, WRAPPER_LAUNCHER.get(self.launcher, self.launcher), pods, logs, self.container,
                 self.params.nodes, world, self.params.backend == "nccl", seconds,
-            )  # fmt: skip
+            ))  # fmt: skip
             return
         what = "timed out" if state.state == "running" else "failed"
         detail = state.detail
@@ -212,19 +212,42 @@ class Follow:
             said.append(f"phase {phase}")
         return f"; {ln.kind} status: {', '.join(said)}" if said else ""
 
+    def workloads(self) -> list[dict[str, Any]]:
+        """Kueue's Workloads for this job: owned by the job, or (pod groups: StatefulSet,
+        LeaderWorkerSet) by its pods. Raises kube.ApiException."""
+        version = kueue_version(self.objects)
+        workloads = self.objects.list_objects(version, "Workload", self.params.namespace) if version else []
+        return [w for w in workloads if any(o.get("name") == self.name or str(o.get("name", "")).startswith(
+            self.name + "-") for o in w["metadata"].get("ownerReferences") or [])]  # fmt: skip
+
+    def unqueued(self, result: outcome.Result) -> outcome.Result:
+        """A job sent through Kueue that trained without a Workload ran past the queue and its
+        quota: the path under test failed, though training passed (Kueue ignores a queue-name
+        label on a kind whose integration is off, e.g. PyTorchJob on Kueue v0.19+)."""
+        if not result.ok or not self.params.kueue_queue or self.launcher in NOT_KUEUES:
+            return result
+        try:
+            if self.workloads():
+                return result
+        except kube.ApiException as e:
+            why = f"its Kueue Workloads were not readable ({kube.api_message(e)})"
+        else:
+            kind = LAUNCHERS[self.launcher].kind
+            why = (
+                f"Kueue made no Workload for it, so it ran unqueued, past ClusterQueue quota: Kueue does "
+                f"not manage {kind} here (its integration is off in Kueue's config; docs/launchers.md)"
+            )
+        return replace(result, outcome="failed", detail="; ".join(filter(None, (f"trained, but {why}", result.detail))))
+
     def queue_status(self) -> str:
         """Kueue's word on a queued job that timed out: its Workload's conditions (quota not
         reserved and why, e.g. a ClusterQueue without quota for a resource the pods ask for)."""
         if not self.params.kueue_queue or self.launcher in NOT_KUEUES:
             return ""
-        version = kueue_version(self.objects)
         try:
-            workloads = self.objects.list_objects(version, "Workload", self.params.namespace) if version else []
+            mine = self.workloads()
         except kube.ApiException as e:
             return f"; Kueue Workloads not readable: {kube.api_message(e)}"
-        # Owned by the job, or (pod groups: StatefulSet, LeaderWorkerSet) by its pods.
-        mine = [w for w in workloads if any(o.get("name") == self.name or str(o.get("name", "")).startswith(
-            self.name + "-") for o in w["metadata"].get("ownerReferences") or [])]  # fmt: skip
         if not mine:
             return f"; Kueue made no Workload for it (LocalQueue {self.params.kueue_queue})"
         said = []
