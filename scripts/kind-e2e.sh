@@ -10,6 +10,8 @@
 #   scripts/kind-e2e.sh            # create, test, delete
 #   KEEP=1 scripts/kind-e2e.sh     # keep the cluster afterwards
 #   E2E_ARGS="--launcher job" scripts/kind-e2e.sh
+#   TORCH_INDEX_URL=https://mirror.example/whl/cpu scripts/kind-e2e.sh   # your mirror of torch's
+#                                  # CPU wheels; empty = pip's default index (there: the CUDA wheel)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +20,7 @@ IMAGE="${IMAGE:-hostnet-rdma:e2e}"
 WRAPPER_IMAGE="${WRAPPER_IMAGE:-hostnet-rdma-wrapper:e2e}"
 TRAIN_IMAGE="${TRAIN_IMAGE:-hostnet-rdma-e2e-train:cpu}"
 NODE_IMAGE="${NODE_IMAGE:-}"      # e.g. kindest/node:v1.35.x; empty = kind's default
+TORCH_INDEX_URL="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
 NS=hostnet-rdma-system
 for tool in docker kind kubectl helm; do
   command -v "$tool" >/dev/null || { echo "kind-e2e: $tool is required" >&2; exit 2; }
@@ -49,12 +52,15 @@ echo "== images $IMAGE, $WRAPPER_IMAGE, $TRAIN_IMAGE"
 docker build -t "$IMAGE" -f deploy/Dockerfile .
 docker build -t "$WRAPPER_IMAGE" -f deploy/Dockerfile --target wrapper .
 # A CPU torch for gloo runs (the PyPI CPU wheel; GPU clusters use their own CUDA image).
-docker build -t "$TRAIN_IMAGE" - <<'EOF'
+docker build -t "$TRAIN_IMAGE" - <<EOF
 FROM python:3.11-slim
-RUN pip install --no-cache-dir torch numpy --index-url https://download.pytorch.org/whl/cpu
+RUN pip install --no-cache-dir torch numpy ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
 ENV OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 EOF
-for image in "$IMAGE" "$WRAPPER_IMAGE" "$TRAIN_IMAGE"; do kind load docker-image "$image" --name "$CLUSTER"; done
+for image in "$IMAGE" "$WRAPPER_IMAGE"; do kind load docker-image "$image" --name "$CLUSTER"; done
+# Training pods run on the workers only (the control plane is tainted): the largest image goes there.
+workers="$(kind get nodes --name "$CLUSTER" | grep -v control-plane | paste -sd, -)"
+kind load docker-image "$TRAIN_IMAGE" --name "$CLUSTER" --nodes "$workers"
 
 echo "== helm install"
 helm install hostnet-rdma charts/hostnet-rdma --namespace "$NS" --create-namespace \

@@ -21,6 +21,8 @@ CONTAINERD_VERSION="${CONTAINERD_VERSION:-2.2.9}"
 CACHE="${HOSTNET_RDMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hostnet-rdma}"
 OUT="$CACHE/bin/k8s-$K8S_VERSION"
 K8S_CMDS=(kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl)
+# `build-binaries.sh kind`: kubeadm too, for a kind node image (scripts/testenv/kind/).
+[ "${1:-}" = kind ] && K8S_CMDS+=(kubeadm)
 CONTAINERD_CMDS=(containerd containerd-shim-runc-v2 ctr)
 ALL=("${K8S_CMDS[@]}" etcd coredns helm "${CONTAINERD_CMDS[@]}")
 
@@ -81,10 +83,13 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	_ "k8s.io/kubernetes/cmd/kubelet/app"
 	_ "k8s.io/kubectl/pkg/cmd"
+	KUBEADM
 )
 
 func main() {}
 GO
+  kubeadm=""; [[ " ${missing[*]} " == *" kubeadm "* ]] && kubeadm='_ "k8s.io/kubernetes/cmd/kubeadm/app"'
+  sed -i "s|KUBEADM|$kubeadm|" main.go
   GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
   major="${K8S_VERSION%%.*}"; minor_only="${K8S_VERSION#*.}"; minor_only="${minor_only%%.*}"
   v=k8s.io/component-base/version
