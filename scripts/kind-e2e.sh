@@ -54,7 +54,7 @@ docker build -t "$WRAPPER_IMAGE" -f deploy/Dockerfile --target wrapper .
 # A CPU torch for gloo runs (the PyPI CPU wheel; GPU clusters use their own CUDA image).
 docker build -t "$TRAIN_IMAGE" - <<EOF
 FROM python:3.11-slim
-RUN pip install --no-cache-dir torch numpy ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
+RUN pip install --no-cache-dir torch numpy ${TORCH_INDEX_URL:+--index-url $TORCH_INDEX_URL}
 ENV OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 EOF
 for image in "$IMAGE" "$WRAPPER_IMAGE"; do kind load docker-image "$image" --name "$CLUSTER"; done

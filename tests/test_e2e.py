@@ -398,13 +398,16 @@ def test_the_kind_script_with_stand_in_tools(tmp_path: Path) -> None:
     assert "docker exec e2e-worker2 mkdir -p /dev/infiniband" in lines
     assert "docker build -t hostnet-rdma:e2e -f deploy/Dockerfile ." in lines
     assert "docker build -t hostnet-rdma-wrapper:e2e -f deploy/Dockerfile --target wrapper ." in lines
-    assert any("torch" in ln and "stdin:" in ln for ln in lines), log
+    (pip,) = [ln for ln in lines if "stdin:" in ln and "pip install" in ln]
+    assert pip.endswith("torch numpy --index-url https://download.pytorch.org/whl/cpu"), pip
     loads = [ln for ln in lines if ln.startswith("kind load docker-image")]
     assert [ln.split()[3] for ln in loads] == [
         "hostnet-rdma:e2e",
         "hostnet-rdma-wrapper:e2e",
         "hostnet-rdma-e2e-train:cpu",
     ]
+    # The training image (the largest) goes to the workers, where the jobs run, only.
+    assert loads[-1].endswith("--name hostnet-rdma-e2e --nodes e2e-worker,e2e-worker2"), loads
     (install,) = [ln for ln in lines if ln.startswith("helm install")]
     for value in ("image.repository=hostnet-rdma", "image.tag=e2e", "wrapperImage.repository=hostnet-rdma-wrapper",
                   "wrapperImage.tag=e2e", "image.pullPolicy=Never"):  # fmt: skip
