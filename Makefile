@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup lint fmt golden bench clean e2e
+.PHONY: run test setup lint fmt golden bench clean e2e kind-e2e
 
 setup: $(STAMP)
 
@@ -51,3 +51,9 @@ bench: setup
 #   make e2e E2E_ARGS="--context prod --gpus-per-node 8 --node-selector node.kubernetes.io/instance-type=BM.GPU4.8"
 e2e: setup
 	$(VENV)/bin/hostnet-rdma e2e $(E2E_ARGS)
+
+# scripts/kind-e2e.sh on real kind on this project's test machine (Docker from Debian, kind's
+# images built locally: scripts/testenv/kind/). Not part of `make test`: ~25 min cold, ~8 warm.
+# Users with Docker run scripts/kind-e2e.sh itself.
+kind-e2e: setup
+	scripts/testenv/kind/run.sh

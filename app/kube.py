@@ -84,15 +84,23 @@ CA_KEY = "ca.key"
 TIMEOUT = (5.0, 10.0)
 
 
+class KubeconfigError(Exception):
+    """No usable credentials: the kubeconfig is missing or malformed, or its context names a
+    cluster or user it lacks. A user error, said in one line."""
+
+
 def api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
     """In-cluster credentials in a pod; otherwise KUBECONFIG / ~/.kube/config (that context,
     else its current one), as kubectl reads them. Its calls time out (TIMEOUT) unless a call
-    says otherwise."""
+    says otherwise. Raises KubeconfigError."""
     cfg = client.Configuration()
-    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    try:
+        if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    except config.ConfigException as e:
+        raise KubeconfigError(f"kubeconfig: {e}") from None
     cfg.retries = 1  # urllib3's default of 3 makes one unanswered call wait four timeouts
     api = client.ApiClient(cfg)
     # The client has no default timeout (None waits forever), and the dynamic client's discovery

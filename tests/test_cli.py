@@ -146,3 +146,25 @@ def test_a_refusal_says_what_the_api_server_said() -> None:
     for body in (None, "", "<html>bad gateway</html>", '{"message": ""}', '"message" but not JSON'):
         e.body = body
         assert kube.refusal(e) == "403 Forbidden", body
+
+
+def test_a_kubeconfig_that_cannot_be_used_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Missing, or a context naming a cluster the file lacks (found on real kind): every
+    command that reads the cluster says so in one line and exits 2, the plugin too."""
+    missing = str(tmp_path / "missing")
+    dangling = tmp_path / "dangling"
+    dangling.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "real",
+        "clusters": [{"name": "kind-e2e", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "kind-e2e", "user": {"token": "t"}}],
+        "contexts": [{"name": "real", "context": {"cluster": "test", "user": "kind-e2e"}}],
+    }))  # fmt: skip
+    for kubeconfig, said in ((missing, "No configuration found"), (str(dangling), "Expected object with name test")):
+        for words in (["explain", "some-pod"], ["verify", "some-job"], ["e2e"]):
+            p = cli(*words, "--kubeconfig", kubeconfig)
+            assert p.returncode == 2, (words, p.stdout + p.stderr)
+            (line,) = p.stderr.splitlines()
+            assert line.startswith("hostnet-rdma: error: kubeconfig: Invalid kube-config file.") and said in line, line
+    p = _plugin("explain", "some-pod", "--kubeconfig", str(dangling))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert "hostnet-rdma: error: kubeconfig: Invalid kube-config file. Expected object with name test" in p.stderr

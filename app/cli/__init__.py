@@ -21,6 +21,7 @@ import argparse
 
 from app import __version__
 from app.cli import doctor, e2e, explain, mutate, serve, verify
+from app.cli.common import error
 
 COMMANDS = (serve, mutate, explain, verify, doctor, e2e)
 
@@ -36,8 +37,18 @@ def build_parser(prog: str = "hostnet-rdma") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    rc: int = args.func(args)
+    return _run(build_parser().parse_args(argv))
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        rc: int = args.func(args)
+    except Exception as e:
+        from app import kube  # only now: commands that never read a cluster do not load its client
+
+        if isinstance(e, kube.KubeconfigError):
+            return error(str(e))
+        raise
     return rc
 
 
@@ -75,6 +86,4 @@ def kubectl_main(argv: list[str] | None = None) -> int:
             return 2
         forwarded += [flag, value]
     at = rest.index(command) + 1
-    args = build_parser("kubectl hostnet-rdma").parse_args([*rest[:at], *forwarded, *rest[at:]])
-    rc: int = args.func(args)
-    return rc
+    return _run(build_parser("kubectl hostnet-rdma").parse_args([*rest[:at], *forwarded, *rest[at:]]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -16,8 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from app import tls
+from app.core import InjectConfig
 from tests.apiserver.controlplane import ROOT, ControlPlane, free_port
 
 # Set by scripts/kind-e2e.sh: run this tier against a real cluster where the chart is
@@ -56,8 +59,15 @@ class ExternalCluster:
     def http_client(self) -> httpx.Client:
         c = self.cfg
         headers = {"Authorization": c.api_key["authorization"]} if c.api_key.get("authorization") else {}
-        cert = (c.cert_file, c.key_file) if c.cert_file else None
-        return httpx.Client(base_url=c.host, headers=headers, cert=cert, verify=c.ssl_ca_cert or False, timeout=30)
+        # One SSLContext with the CA and the client certificate: httpx 0.28+ drops `cert=` when
+        # `verify` is a CA path, and kind's kubeconfig authenticates by client certificate only
+        # (every request went out as system:anonymous on real kind).
+        ctx = ssl.create_default_context(cafile=c.ssl_ca_cert) if c.ssl_ca_cert else ssl.create_default_context()
+        if not c.verify_ssl:
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        if c.cert_file:
+            ctx.load_cert_chain(c.cert_file, c.key_file)
+        return httpx.Client(base_url=c.host, headers=headers, verify=ctx, timeout=30)
 
     def stop(self) -> None:
         pass
@@ -92,6 +102,17 @@ class Kube:
                             headers={"content-type": "application/merge-patch+json"})  # fmt: skip
         else:
             assert r.status_code < 300, r.text
+
+    def delete_namespaces(self, *names: str, timeout: float = 180) -> None:
+        """Delete these namespaces and wait until they are gone (their pods too)."""
+        for name in names:
+            r = self.request("DELETE", f"/api/v1/namespaces/{name}")
+            assert r.status_code in (200, 202, 404), r.text
+        deadline = time.monotonic() + timeout
+        for name in names:
+            while self.request("GET", f"/api/v1/namespaces/{name}").status_code != 404:
+                assert time.monotonic() < deadline, f"namespace {name} still there after {timeout:.0f}s"
+                time.sleep(1)
 
     def create_pod(self, ns: str, pod: dict[str, Any], **params: str) -> httpx.Response:
         pod = json.loads(json.dumps(pod))
@@ -199,13 +220,47 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="session")
-def kube(plane: ControlPlane) -> Kube:
+def inject_config(plane: ControlPlane) -> InjectConfig:
+    """The configuration the webhook under test mutates with: the tier's own webhook process runs
+    the defaults; on a cluster with the chart installed (kind), the release's ConfigMap, where
+    helm resolved the wrapper's delivery (an image volume of the wrapper image on kind)."""
+    if not E2E_KUBECONFIG:
+        return InjectConfig()
+    from app import config, kube
+
+    installed = kube.installed_config(kube.api_client(E2E_KUBECONFIG), WEBHOOK_CONFIG)
+    assert installed is not None, f"no MutatingWebhookConfiguration {WEBHOOK_CONFIG} on the cluster"
+    return config.from_dict(installed[0])
+
+
+def kubeconfig_names(plane: ControlPlane) -> tuple[str, str]:
+    """The cluster and user names the kubeconfig's current context uses ("test"/"admin" for
+    the tier's own control plane, kind's own names on kind)."""
+    cfg = yaml.safe_load(plane.kubeconfig.read_text())
+    ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == cfg["current-context"])
+    return ctx["cluster"], ctx["user"]
+
+
+def without_service_account(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Volumes or mounts less the token volume a real cluster's ServiceAccount admission adds
+    (the tier's own API server runs without a ServiceAccount signing key)."""
+    return [i for i in items if not str(i.get("name", "")).startswith("kube-api-access-")]
+
+
+@pytest.fixture(scope="session")
+def kube(plane: ControlPlane) -> Iterator[Kube]:
     k = Kube(plane)
+    if E2E_KUBECONFIG:
+        # A cluster that outlives the run (kind with KEEP=1): start from empty test namespaces,
+        # and leave none behind. The release's namespace is the installed chart's: never deleted.
+        k.delete_namespaces(ON, OFF, BASELINE)
     k.namespace(ON, {"hostnet-rdma.io/inject": "enabled", "pod-security.kubernetes.io/enforce": "privileged"})
     k.namespace(OFF, {})
     k.namespace(BASELINE, {"hostnet-rdma.io/inject": "enabled", "pod-security.kubernetes.io/enforce": "baseline"})
     k.namespace(RELEASE_NS, {"hostnet-rdma.io/inject": "enabled"})
-    return k
+    yield k
+    if E2E_KUBECONFIG:
+        k.delete_namespaces(ON, OFF, BASELINE)
 
 
 @pytest.fixture(scope="session")

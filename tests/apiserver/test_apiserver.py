@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.core import Params, mutate
+from app.core import InjectConfig, Params, mutate
 from app.core.wrap import settings_of
 from app.wrapper import payload, rules
 from tests.apiserver.conftest import (
@@ -30,10 +30,12 @@ from tests.apiserver.conftest import (
     Kube,
     Webhook,
     helm,
+    kubeconfig_names,
     local_only,
     set_failure_policy,
     start_webhook,
     wait_for_webhook,
+    without_service_account,
 )  # fmt: skip
 from tests.apiserver.controlplane import ROOT, ControlPlane
 from tests.apiserver.fakes import FakeWebhook
@@ -56,9 +58,7 @@ def injected(pod: dict[str, Any]) -> dict[str, Any] | None:
 
 def ours(items: list[dict[str, Any]]) -> list[str]:
     """Names, without what a real cluster's ServiceAccount admission adds (kube-api-access-*)."""
-    return [
-        i.get("name") or i.get("mountPath") for i in items if not str(i.get("name", "")).startswith("kube-api-access-")
-    ]
+    return [i.get("name") or i.get("mountPath") for i in without_service_account(items)]
 
 
 def env_of(pod: dict[str, Any], container: int = -1) -> dict[str, str]:
@@ -67,13 +67,14 @@ def env_of(pod: dict[str, Any], container: int = -1) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_every_launcher_pod_is_stored_with_the_full_injection(kube: Kube, webhook: Webhook, case: Path) -> None:
+def test_every_launcher_pod_is_stored_with_the_full_injection(kube: Kube, webhook: Webhook, inject_config: InjectConfig,
+                                                             case: Path) -> None:  # fmt: skip
     pod = load(case)
     r = kube.create_pod(ON, pod)
     assert r.status_code == 201, r.text
     stored = kube.ok("GET", f"/api/v1/namespaces/{ON}/pods/{r.json()['metadata']['name']}")
     want = mutate({**pod, "metadata": {**pod["metadata"], "namespace": ON}},
-                  Params(namespace=ON, wrapper_payload=payload(), version="0.1.0")).pod  # fmt: skip
+                  Params(config=inject_config, namespace=ON, wrapper_payload=payload(), version="0.1.0")).pod  # fmt: skip
     if not pod["spec"].get("hostNetwork") or injected(want) is None:  # not sent, or left as it is
         assert injected(stored) is None
         return
@@ -86,8 +87,8 @@ def test_every_launcher_pod_is_stored_with_the_full_injection(kube: Kube, webhoo
         assert got_c.get("command") == want_c.get("command")
         assert [e["name"] for e in got_c.get("env", [])] == [e["name"] for e in want_c.get("env", [])]
         assert got_c.get("securityContext", {}).get("privileged") == want_c.get("securityContext", {}).get("privileged")
-        assert [m["mountPath"] for m in got_c.get("volumeMounts", [])] == [
-            m["mountPath"] for m in want_c.get("volumeMounts", [])
+        assert [m["mountPath"] for m in without_service_account(got_c.get("volumeMounts", []))] == [
+            m["mountPath"] for m in without_service_account(want_c.get("volumeMounts", []))
         ]
 
 
@@ -496,7 +497,7 @@ def test_a_refused_request_names_the_right_it_lacked(plane: ControlPlane, kube: 
                     {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                      "spec": {"expirationSeconds": 600}})["status"]["token"]  # fmt: skip
     config = yaml.safe_load(plane.kubeconfig.read_text())
-    config["users"] = [{"name": "admin", "user": {"token": token}}]
+    config["users"] = [{"name": kubeconfig_names(plane)[1], "user": {"token": token}}]
     kubeconfig = tmp_path / "nobody"
     kubeconfig.write_text(yaml.safe_dump(config))
     who = f'User "system:serviceaccount:{ON}:{sa}"'
@@ -526,11 +527,12 @@ def test_the_kubectl_plugin_honours_kubectls_context_kubeconfig_and_namespace(
     pod["metadata"]["name"] = "plugin-me"
     assert kube.create_pod(ON, pod).status_code == 201
     real = yaml.safe_load(plane.kubeconfig.read_text())
+    cluster, user = kubeconfig_names(plane)
     # Two contexts: the current one points nowhere; "real" is the test cluster, namespace ON.
     two = {**real, "current-context": "nowhere",
            "clusters": [*real["clusters"], {"name": "nowhere", "cluster": {"server": "https://127.0.0.1:9"}}],
-           "contexts": [{"name": "real", "context": {"cluster": "test", "user": "admin", "namespace": ON}},
-                        {"name": "nowhere", "context": {"cluster": "nowhere", "user": "admin"}}]}  # fmt: skip
+           "contexts": [{"name": "real", "context": {"cluster": cluster, "user": user, "namespace": ON}},
+                        {"name": "nowhere", "context": {"cluster": "nowhere", "user": user}}]}  # fmt: skip
     config_file = tmp_path / "two-contexts"
     config_file.write_text(yaml.safe_dump(two))
     env = {**plane.env(), "PATH": f"{plugin.parent}:{plane.env().get('PATH', '')}", "KUBECONFIG": str(config_file)}
@@ -611,7 +613,12 @@ def test_explain_reads_the_excluded_namespaces_from_the_installed_configuration(
     from the MutatingWebhookConfiguration the API server has, not from a built-in list."""
     pod = load(GOLDEN / "pytorchjob" / "seed-c10d-worker-0.yaml")
     pod["metadata"]["name"] = "explain-excluded"
-    assert kube.create_pod(RELEASE_NS, pod).status_code == 201
+    # The release's namespace outlives the run on a kept cluster: a pod of an earlier run goes first.
+    kube.request("DELETE", f"/api/v1/namespaces/{RELEASE_NS}/pods/explain-excluded", gracePeriodSeconds="0")
+    deadline = time.monotonic() + 60
+    while (r := kube.create_pod(RELEASE_NS, pod)).status_code == 409 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert r.status_code == 201, r.text
     p = subprocess.run([sys.executable, "-m", "app.cli", "explain", "explain-excluded", "-n", RELEASE_NS,
                         "--kubeconfig", str(plane.kubeconfig)], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert p.returncode == 1 and f"NO  namespace {RELEASE_NS} is excluded from the webhook" in p.stdout, p.stdout
@@ -641,13 +648,14 @@ def test_image_deliveries_are_pods_the_api_server_accepts(kube: Kube, case: Path
     for got_c, want_c in zip(stored.get("initContainers") or [], want_inits, strict=True):
         if want_c["name"] != "hostnet-rdma-wrapper":
             continue
-        for key in ("image", "command", "securityContext", "volumeMounts"):
+        for key in ("image", "command", "securityContext"):
             assert got_c.get(key) == want_c.get(key), (case.stem, key)
+        assert without_service_account(got_c.get("volumeMounts") or []) == want_c.get("volumeMounts"), case.stem
         # No resources (a trainer with none to mirror): the API server stores an empty object.
         assert (got_c.get("resources") or {}) == (want_c.get("resources") or {}), case.stem
     for got_c, want_c in zip(stored["containers"], want["spec"]["containers"], strict=True):
         assert got_c.get("command") == want_c.get("command")
-        assert got_c.get("volumeMounts") == want_c.get("volumeMounts")
+        assert without_service_account(got_c.get("volumeMounts") or []) == (want_c.get("volumeMounts") or [])
     # The API server keeps the image volume as written (a server without the feature drops it).
     assert [v for v in stored["volumes"] if v["name"] == "hostnet-rdma"] == [
         v for v in want["spec"]["volumes"] if v["name"] == "hostnet-rdma"
