@@ -4,8 +4,8 @@
 # (self-managed certificates, failurePolicy Fail), `helm test`, then the e2e suite users run on
 # their own clusters (`hostnet-rdma e2e`: a 2-node plain-torchrun job per launcher the cluster
 # serves, here Job and StatefulSet; CPU, gloo) with a CPU torch image built here, and the
-# API-server test tier against the same cluster. Not run in CI here (no Docker engine); the
-# README says what it was last run on.
+# API-server test tier against the same cluster. Not run in CI; `make kind-e2e` runs it on the
+# project's test machine (scripts/testenv/kind/), and the README says when it last ran.
 #
 #   scripts/kind-e2e.sh            # create, test, delete
 #   KEEP=1 scripts/kind-e2e.sh     # keep the cluster afterwards
