@@ -81,13 +81,17 @@ build() {
     || { tail -30 "$KC/logs/build.log" >&2; exit 1; }
 }
 ctx() { rm -rf "$KC/ctx/$1"; mkdir -p "$KC/ctx/$1"; echo "$KC/ctx/$1"; }
-# scratch_image TAG BINARY PATH_IN_IMAGE [ENTRYPOINT]
-scratch_image() {
+# image TAG BASE FILE PATH_IN_IMAGE [DEBIAN_PACKAGES] [ENTRYPOINT]: FILE on BASE (scratch, or
+# Debian with those packages).
+image() {
   have "$1" && return
-  local d; d="$(ctx "$(basename "$3")")"
-  cp "$2" "$d/bin"
-  { echo "FROM scratch"; echo "COPY bin $3"; echo "ENV PATH=/usr/local/bin:/usr/bin:/bin"
-    [ -z "${4:-}" ] || echo "ENTRYPOINT [\"$4\"]"; } >"$d/Dockerfile"
+  local d; d="$(ctx "$(basename "$4")")"
+  cp "$3" "$d/file"
+  { echo "FROM $2"
+    [ -z "${5:-}" ] || echo "RUN apt-get update && apt-get install -y --no-install-recommends $5 && rm -rf /var/lib/apt/lists/*"
+    echo "COPY file $4"
+    [ "$2" != scratch ] || echo "ENV PATH=/usr/local/bin:/usr/bin:/bin"
+    [ -z "${6:-}" ] || echo "ENTRYPOINT [\"$6\"]"; } >"$d/Dockerfile"
   build "$1" "$d"
 }
 
@@ -128,16 +132,12 @@ LPP="$(const storageProvisionerImage)"
 LPP_HELPER="$(const storageHelperImage)"
 SANDBOX="$(sed -n 's/^ *sandbox_image = "\(.*\)"/\1/p' "$KIND_SRC/images/base/files/etc/containerd/config.toml")"
 for c in kube-apiserver kube-controller-manager kube-scheduler; do
-  scratch_image "$(image_of "$c")" "$K8S/$c" "/usr/local/bin/$c"
+  image "$(image_of "$c")" scratch "$K8S/$c" "/usr/local/bin/$c"
 done
-scratch_image "$etcd_ref" "$BITS/etcd-$etcd_version" /usr/local/bin/etcd
-scratch_image "$(image_of coredns)" "$K8S/coredns" /coredns /coredns
-scratch_image "$LPP" "$BITS/local-path-provisioner" /usr/local/bin/local-path-provisioner
-if ! have "$(image_of kube-proxy)"; then           # kube-proxy needs iptables and conntrack
-  d="$(ctx kube-proxy)"; cp "$K8S/kube-proxy" "$d/"
-  printf 'FROM %s\nRUN apt-get update && apt-get install -y --no-install-recommends iptables conntrack && rm -rf /var/lib/apt/lists/*\nCOPY kube-proxy /usr/local/bin/kube-proxy\n' "$DEBIAN" >"$d/Dockerfile"
-  build "$(image_of kube-proxy)" "$d"
-fi
+image "$etcd_ref" scratch "$BITS/etcd-$etcd_version" /usr/local/bin/etcd
+image "$(image_of coredns)" scratch "$K8S/coredns" /coredns "" /coredns
+image "$LPP" scratch "$BITS/local-path-provisioner" /usr/local/bin/local-path-provisioner
+image "$(image_of kube-proxy)" "$DEBIAN" "$K8S/kube-proxy" /usr/local/bin/kube-proxy "iptables conntrack"
 PAUSE="$(image_of pause)"
 if ! have "$PAUSE"; then
   d="$(ctx pause)"
@@ -147,11 +147,7 @@ if ! have "$PAUSE"; then
 fi
 [ "$SANDBOX" = "$PAUSE" ] || docker tag "$PAUSE" "$SANDBOX"
 have "$LPP_HELPER" || docker tag "$DEBIAN" "$LPP_HELPER"  # the helper pod needs sh, mkdir, rm
-if ! have "$KINDNETD"; then
-  d="$(ctx kindnetd)"; cp "$HERE/kindnetd-lite/kindnetd" "$d/"
-  printf 'FROM %s\nRUN apt-get update && apt-get install -y --no-install-recommends curl jq iproute2 ca-certificates && rm -rf /var/lib/apt/lists/*\nCOPY kindnetd /bin/kindnetd\nENTRYPOINT ["/bin/kindnetd"]\n' "$DEBIAN" >"$d/Dockerfile"
-  build "$KINDNETD" "$d"
-fi
+image "$KINDNETD" "$DEBIAN" "$HERE/kindnetd-lite/kindnetd" /bin/kindnetd "curl jq iproute2 ca-certificates" /bin/kindnetd
 
 # 7. The node image.
 NODE="local/hostnet-rdma-kind/node:$K8S_VERSION"
