@@ -22,7 +22,10 @@ log() { echo "[kind/prepare] $*" >&2; }
 t0=$(date +%s)
 exec 9>"$KC/.prepare.lock"; flock 9
 
-# 1. Docker engine and jq (runc-wrap and the base image use jq).
+# 1. What the cluster tier's builds need too (buildah and debootstrap for the base rootfs, runc
+#    and the CNI plugins copied into the node image, gcc for pause): a fresh machine that never
+#    ran `make test` has none of it. Then the Docker engine and jq (runc-wrap uses jq).
+scripts/testenv/install-system-deps.sh
 if ! command -v dockerd >/dev/null || ! command -v jq >/dev/null; then
   log "installing docker.io and jq from Debian"
   apt-get update -qq >/dev/null
