@@ -64,28 +64,11 @@ def test_dev_certs_are_reused_while_valid(tmp_path: Path) -> None:
 def _expired(ca: tls.Pair, hosts: list[str]) -> tls.Pair:
     """A pair signed by `ca` whose validity ended yesterday."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
 
-    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
-    ca_key = serialization.load_pem_private_key(ca.key_pem, None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=30))
-        .not_valid_after(now - dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(h) for h in hosts]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return tls.Pair(cert.public_bytes(serialization.Encoding.PEM), pem)
+    from tests.certutil import signed
+
+    sans = x509.SubjectAlternativeName([x509.DNSName(h) for h in hosts])
+    return signed(ca, hosts[0], (-dt.timedelta(days=30), -dt.timedelta(days=1)), (sans,))
 
 
 NAMES = ("svc", "svc.ns", "svc.ns.svc")
