@@ -100,7 +100,11 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
         else:
             config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)  # type: ignore[no-untyped-call]
     except config.ConfigException as e:
-        raise KubeconfigError(f"kubeconfig: {e}") from None
+        # The next step, with the file that was read: a missing or wrong file is the usual cause.
+        read = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise KubeconfigError(
+            f"kubeconfig: {e} (read {read}; choose the file with --kubeconfig or KUBECONFIG, the context with --context)"
+        ) from None
     cfg.retries = 1  # urllib3's default of 3 makes one unanswered call wait four timeouts
     api = client.ApiClient(cfg)
     # The client has no default timeout (None waits forever), and the dynamic client's discovery

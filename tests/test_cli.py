@@ -165,6 +165,9 @@ def test_a_kubeconfig_that_cannot_be_used_is_one_line_not_a_traceback(tmp_path: 
             assert p.returncode == 2, (words, p.stdout + p.stderr)
             (line,) = p.stderr.splitlines()
             assert line.startswith("hostnet-rdma: error: kubeconfig: Invalid kube-config file.") and said in line, line
+            assert line.endswith(
+                f"(read {kubeconfig}; choose the file with --kubeconfig or KUBECONFIG, the context with --context)"
+            ), line
     p = _plugin("explain", "some-pod", "--kubeconfig", str(dangling))
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert "hostnet-rdma: error: kubeconfig: Invalid kube-config file. Expected object with name test" in p.stderr

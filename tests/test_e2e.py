@@ -240,7 +240,10 @@ def test_e2e_without_a_cluster_is_one_line(tmp_path: Path, capsys: pytest.Captur
     missing = tmp_path / "none.yaml"
     assert main(["e2e", "--kubeconfig", str(missing)]) == 2
     err = capsys.readouterr().err
-    assert err == "hostnet-rdma: error: kubeconfig: Invalid kube-config file. No configuration found.\n", err
+    assert err == (
+        "hostnet-rdma: error: kubeconfig: Invalid kube-config file. No configuration found."
+        f" (read {missing}; choose the file with --kubeconfig or KUBECONFIG, the context with --context)\n"
+    ), err
 
 
 def test_the_plugin_forwards_kubeconfig_and_context_to_e2e(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
