@@ -31,6 +31,7 @@ from app.core import InjectConfig
 from app.core.mutate import job_port
 from tests.cluster import launchers
 from tests.cluster.conftest import torch_sites
+from tests.cluster.followed import again, ddp_ok, first_finished_run, trained_alone
 from tests.cluster.harness import ROOT, Cluster, log
 from tests.cluster.held import held_to
 from tests.cluster.release import OFF, RELEASE_NS, image_ref
@@ -155,7 +156,7 @@ class LogFollower:
                     self.followed.add(key)
                     with self.lock:
                         if name in self._logs:  # the same name again: a new pod or a restarted container
-                            self._logs[name] += f"--- {name} again (uid {uid}, restarts {key[1]}) ---\n"
+                            self._logs[name] += again(name, uid, key[1])
                         else:
                             self._logs[name] = ""
                     threading.Thread(target=self.follow, args=(name,), daemon=True).start()
@@ -180,10 +181,6 @@ def wrapper_fields(text: str) -> dict[str, str]:
     m = WRAPPER_LINE.search(text)
     assert m, f"no wrapper line:\n{text[-3000:]}"
     return dict(kv.split("=", 1) for kv in m.group(1).split())
-
-
-def ddp_ok(text: str, world: int) -> int:
-    return len(re.findall(rf"^DDP-OK rank=\d+ world={world} sum={world * (world + 1) // 2} ", text, re.M))
 
 
 def condition(c: Cluster, kind: str, ns: str, name: str, wanted: tuple[str, ...], timeout: float) -> str:
@@ -318,9 +315,11 @@ def test_leaderworkerset_completes_with_the_real_lws_webhook(cluster: Cluster, i
     follower = LogFollower(cluster, ML, "leaderworkerset.sigs.k8s.io/name=ddp-lws")
     try:
         launchers.apply_with_retry(cluster, example("leaderworkerset", ML, image_ref(cluster, "train"), torch_sites()))
-        deadline = time.monotonic() + 300
+        deadline, done = time.monotonic() + 300, {}
         while time.monotonic() < deadline:
-            done = {n: t for n, t in follower.logs.items() if ddp_ok(t, 2 * NPROC)}
+            # The first finished run of each pod, taken now: the group's containers exit 0, so
+            # LWS restarts them and recreates the group, and later runs add to the logs.
+            done = {n: r for n, t in follower.logs.items() if (r := first_finished_run(t, 2 * NPROC))}
             if len(done) >= 2:
                 break
             time.sleep(1)
@@ -332,7 +331,7 @@ def test_leaderworkerset_completes_with_the_real_lws_webhook(cluster: Cluster, i
             "lws-leader-or-worker",
             ("leaderworkerset", "ddp-lws"),
         )
-        found = dict(sorted(follower.logs.items())[:2])
+        found = dict(sorted(done.items())[:2])
     finally:
         follower.close()
         cluster.kubectl("delete", "leaderworkerset", "ddp-lws", "-n", ML, "--wait=false", check=False)
@@ -1019,7 +1018,7 @@ def test_not_opted_in_jobs_show_the_seed_symptoms(cluster: Cluster, installed: d
     image, sites = image_ref(cluster, "train"), torch_sites()
 
     def alone(logs: dict[str, str], _: float) -> bool:
-        return sum(1 for t in logs.values() if ddp_ok(t, NPROC) == NPROC) >= 2
+        return trained_alone(logs, NPROC)
 
     def no_store_host(logs: dict[str, str], _: float) -> bool:
         return bool(re.search(r"RendezvousConnectionError|C10d store has failed", "\n".join(logs.values())))
