@@ -94,13 +94,19 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
     else its current one), as kubectl reads them. Its calls time out (TIMEOUT) unless a call
     says otherwise. Raises KubeconfigError."""
     cfg = client.Configuration()
+    in_cluster = kubeconfig is None and context is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     try:
-        if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if in_cluster:
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         else:
             config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)  # type: ignore[no-untyped-call]
     except config.ConfigException as e:
-        # The next step, with the file that was read: a missing or wrong file is the usual cause.
+        # The next step, with what was read: a missing or wrong file is the usual cause.
+        if in_cluster:
+            raise KubeconfigError(
+                f"in-cluster credentials: {e} (KUBERNETES_SERVICE_HOST is set, so no kubeconfig was read;"
+                " pass --kubeconfig to use one)"
+            ) from None
         read = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise KubeconfigError(
             f"kubeconfig: {e} (read {read}; choose the file with --kubeconfig or KUBECONFIG, the context with --context)"

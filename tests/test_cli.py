@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import jsonpatch
+import pytest
 import yaml
 
 from tests.cliutil import run_cli
@@ -171,3 +172,21 @@ def test_a_kubeconfig_that_cannot_be_used_is_one_line_not_a_traceback(tmp_path: 
     p = _plugin("explain", "some-pod", "--kubeconfig", str(dangling))
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert "hostnet-rdma: error: kubeconfig: Invalid kube-config file. Expected object with name test" in p.stderr
+
+
+def test_in_cluster_credentials_that_cannot_be_used_say_so_not_kubeconfig(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a pod (KUBERNETES_SERVICE_HOST set, no --kubeconfig) no file is read: the error names
+    the in-cluster credentials and the way to use a file instead, not ~/.kube/config."""
+    from app import kube
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    with pytest.raises(kube.KubeconfigError) as e:
+        kube.api_client()
+    assert str(e.value) == (
+        "in-cluster credentials: Service host/port is not set. (KUBERNETES_SERVICE_HOST is set, so no kubeconfig"
+        " was read; pass --kubeconfig to use one)"
+    ), e.value
+    # With a file named, that file is read even in a pod.
+    with pytest.raises(kube.KubeconfigError, match=r"^kubeconfig: .*\(read /nonexistent/kc; "):
+        kube.api_client("/nonexistent/kc")
