@@ -68,3 +68,4 @@ def test_the_kubeconfigs_client_certificate_is_presented(tmp_path: Path) -> None
         assert seen == ["kind-admin"]
     finally:
         server.shutdown()
+        server.server_close()
