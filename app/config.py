@@ -8,7 +8,7 @@ Example (every key optional; profiles are merged over the built-in ones):
               minTorch: "2.5", rdzvPort: 23456, delivery: initContainer, image: "",
               imagePullPolicy: IfNotPresent}
     clusterDomain: cluster.local
-    rdmaResourcePrefixes: ["rdma/"]
+    rdmaResourcePrefixes: ["rdma/", "vpc.amazonaws.com/efa"]
     optIn: namespace          # or pod: the pod label is required too
     excludeNamespaces: [kube-system]
     defaultProfile: default

@@ -100,7 +100,7 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         else:
             config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    except config.ConfigException as e:
+    except (config.ConfigException, yaml.YAMLError) as e:
         # The next step, with what was read: a missing or wrong file is the usual cause.
         if in_cluster:
             raise KubeconfigError(
@@ -108,8 +108,9 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> cli
                 " pass --kubeconfig to use one)"
             ) from None
         read = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        what = f"not YAML: {str(e).splitlines()[0]}" if isinstance(e, yaml.YAMLError) else str(e)
         raise KubeconfigError(
-            f"kubeconfig: {e} (read {read}; choose the file with --kubeconfig or KUBECONFIG, the context with --context)"
+            f"kubeconfig: {what} (read {read}; choose the file with --kubeconfig or KUBECONFIG, the context with --context)"
         ) from None
     cfg.retries = 1  # urllib3's default of 3 makes one unanswered call wait four timeouts
     api = client.ApiClient(cfg)
@@ -131,8 +132,8 @@ def context_namespace(kubeconfig: str | None = None, context: str | None = None)
     or there is no kubeconfig (in a pod)."""
     try:
         contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    except (config.ConfigException, OSError):
-        return ""
+    except (config.ConfigException, OSError, yaml.YAMLError):
+        return ""  # api_client says what is wrong with the file
     chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
     return str(((chosen or {}).get("context") or {}).get("namespace") or "")
 
@@ -446,12 +447,14 @@ class Objects:
 
 class EventSender:
     """app.events.Sender over events.k8s.io/v1 (the chart's RBAC: create and patch events), and
-    the namespace lookup of the recorder's gate (get namespaces). Every call is bounded in time;
-    an API server that does not answer raises events.Unavailable (the recorder backs off)."""
+    the reads of the recorder's gates (get namespaces; get the launchers' kinds, app.events.KINDS).
+    Every call is bounded in time; an API server that does not answer raises events.Unavailable
+    (the recorder backs off)."""
 
     def __init__(self, api: client.ApiClient, timeout_seconds: float = 5.0) -> None:
         self.events = client.EventsV1Api(api)
         self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
         self.timeout = timeout_seconds
 
     def create(self, namespace: str, body: dict[str, Any]) -> None:
@@ -473,6 +476,21 @@ class EventSender:
                 return None
             raise
         return dict((ns.metadata.labels if ns.metadata else None) or {})
+
+    def object_uid(self, namespace: str, group: str, version: str, resource: str, name: str) -> str | None:
+        """The uid of an object (a job an Event would be about); None when it does not exist."""
+        try:
+            with _unavailable():
+                resp: Any = self.custom.get_namespaced_custom_object(
+                    group, version, namespace, resource, name, _request_timeout=self.timeout, _preload_content=False
+                )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        meta = json.loads(resp.data).get("metadata") or {}
+        uid = meta.get("uid")
+        return uid if isinstance(uid, str) else None
 
 
 @contextlib.contextmanager

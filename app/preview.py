@@ -22,7 +22,7 @@ from app.wrapper import rules
 Obj = dict[str, Any]
 
 # Exit codes of `mutate -f` / `explain -f` (documented in the CLI's help and docs/checking.md).
-EXIT_OK, EXIT_REFUSES, EXIT_USAGE, EXIT_NOT_SENT = 0, 1, 2, 3
+EXIT_OK, EXIT_REFUSES, EXIT_USAGE, EXIT_NOT_SENT, EXIT_NOT_PREVIEWED = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -176,5 +176,39 @@ def rows(
             else:
                 row.launcher = result.info.launcher
                 decide(pod, result, configmaps or {}, params, row)
+                if not row.refusal:
+                    row.refusal = _admission_refusal(result)
             out.append(row)
+    return out
+
+
+_WILL_REFUSE = ": wrapper will refuse: "
+
+
+def _admission_refusal(result: Result) -> str:
+    """What admission already knows the wrapper will refuse (its warning, and the status
+    annotation's problems), for a row whose run-time decision the preview could not compute (a
+    `$(...)` in the command): the table's notes and the exit code say it too."""
+    for warning in result.warnings:
+        if _WILL_REFUSE in warning:
+            return warning.split(_WILL_REFUSE, 1)[1]
+    return ""
+
+
+def store_problems(rows: list[Row]) -> list[str]:
+    """Jobs whose pods would not host exactly one rendezvous store between them: none (every
+    node waits for a store nobody starts) or several (each waits for every node: a hang). Only
+    where every pod's choice is known before the pods run (yes or no)."""
+    by_job: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.sent and r.mutated and not r.refusal:
+            by_job.setdefault(r.source, []).append(r)
+    out: list[str] = []
+    for job, pods in by_job.items():
+        if len(pods) < 2 or any(r.store_host not in ("yes", "no") for r in pods):
+            continue
+        hosts = [r.pod for r in pods if r.store_host == "yes"]
+        if len(hosts) != 1:
+            which = ", ".join(hosts) if hosts else "none of its pods"
+            out.append(f"{job}: {len(hosts)} rendezvous store hosts ({which}), not exactly one: the job would hang")
     return out

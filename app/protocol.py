@@ -33,6 +33,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("hostnet_rdma.server")
 
+# The ASGI scope extension through which the app holds and resumes a request's arrival deadline.
+DEADLINE_EXTENSION = "hostnet-rdma.deadline"
+
 
 def _malloc_trim() -> Callable[[], object]:
     """glibc's malloc_trim: OpenSSL's per-connection buffers are freed into malloc's arenas,
@@ -109,9 +112,16 @@ def bounded_protocol(
     # second) event loop never counts on the sweep of another.
     sweeping: set[asyncio.AbstractEventLoop] = set()
 
+    # When each loop's sweep was due: a sweep that runs late ran after the loop was busy (a
+    # review of a large pod), and time the server was not reading is not the client's.
+    due: dict[asyncio.AbstractEventLoop, float] = {}
+
     def sweep(loop: asyncio.AbstractEventLoop) -> None:
         now, mine = loop.time(), 0
+        late = max(0.0, now - due.pop(loop, now))
         for protocol, deadline in list(armed.items()):
+            if protocol.loop is loop and late > 0:
+                deadline = armed[protocol] = deadline + late
             if protocol.loop is not loop:  # another loop's; dropped once that loop is closed
                 if protocol.loop.is_closed():
                     del armed[protocol]
@@ -121,6 +131,7 @@ def bounded_protocol(
             else:
                 mine += 1
         if mine:
+            due[loop] = now + interval
             loop.call_later(interval, sweep, loop)
         else:
             sweeping.discard(loop)
@@ -139,6 +150,7 @@ def bounded_protocol(
                 for gone in [lp for lp in sweeping if lp.is_closed()]:  # their sweeps never run again
                     sweeping.discard(gone)
                 sweeping.add(self.loop)
+                due[self.loop] = self.loop.time() + interval
                 self.loop.call_later(interval, sweep, self.loop)
 
         def _disarm(self) -> None:
@@ -213,6 +225,9 @@ def bounded_protocol(
 
         def on_headers_complete(self) -> None:
             self._in_headers = False
+            # The app may hold the request's deadline while it waits its turn to read the body
+            # (the server's bound on bodies held at once): that wait is the server's, not the client's.
+            self.scope.setdefault("extensions", {})[DEADLINE_EXTENSION] = {"hold": self._disarm, "resume": self._arm}
             super().on_headers_complete()
             if self._draining and self.cycle is not None:
                 self.cycle.keep_alive = False  # answered with connection: close, then closed

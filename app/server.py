@@ -7,6 +7,7 @@ checks size and content type, calls app.review, and writes; all policy lives in 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime as dt
 import logging
@@ -26,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 from app import __version__, config, filewatch
 from app.core import ConfigError, InjectConfig, Params
 from app.events import Recorder
+from app.protocol import DEADLINE_EXTENSION
 from app.review import BadReview, ReviewResult, answer, params_for
 from app.settings import ServerSettings
 
@@ -133,10 +135,56 @@ class Metrics:
                 ("hostnet_rdma_events_rate_limited", "Occurrences not sent (rate limits, pending bound) since start",
                  lambda: recorder.limited),
                 ("hostnet_rdma_events_outside_selectors",
-                 "Admissions for namespaces the webhook's selectors do not admit: no Event (forged reviews)",
+                 "Admissions for namespaces the webhook's selectors do not admit, or about no job that exists with "
+                 "that uid: no Event (forged reviews)",
                  lambda: recorder.outside),
             ):  # fmt: skip
                 Gauge(name, text, registry=self.registry).set_function(read)
+
+
+class HeldBytes:
+    """A bound on the request bodies held at once, across requests (settings.max_held_body_bytes).
+    Each request reserves its declared length before it reads its body, and gives it back once
+    answered; a request that does not fit waits its turn, its body unread (uvicorn then stops
+    reading the connection past 64 KiB). Reviews run one at a time on the loop, so what they
+    hold is what was read: twelve 6.9 MiB bodies read at once took the server to 296 MiB. A
+    request larger than the bound runs alone. First come, first served."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    def fits(self, size: int) -> bool:
+        return not self.waiting and (self.held == 0 or self.held + size <= self.limit)
+
+    async def acquire(self, size: int) -> None:
+        if self.fits(size):
+            self.held += size
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting.append((size, turn))
+        try:
+            await turn  # resolved by release(), which counted it as held
+        except BaseException:
+            if turn.done() and not turn.cancelled():
+                self.release(size)  # given its turn as it was cancelled
+            else:
+                self.waiting = collections.deque(w for w in self.waiting if w[1] is not turn)
+            raise
+
+    def release(self, size: int) -> None:
+        self.held -= size
+        while self.waiting:
+            size, turn = self.waiting[0]
+            if turn.cancelled():
+                self.waiting.popleft()
+                continue
+            if self.held and self.held + size > self.limit:
+                break
+            self.waiting.popleft()
+            self.held += size
+            turn.set_result(None)
 
 
 class AdmissionHandler:
@@ -162,6 +210,7 @@ class AdmissionHandler:
         self.metrics = metrics
         # Events on the pods' jobs (app.events): record() is a deque append; a thread sends.
         self.recorder = recorder
+        self.held = HeldBytes(settings.max_held_body_bytes)
         self._params: Params | None = None
         self._pending_log: list[bytes] = []
         self._batch: list[tuple[bytes, asyncio.Future[ReviewResult]]] = []
@@ -174,12 +223,14 @@ class AdmissionHandler:
         if scope["method"] != "POST":
             status, body = 405, orjson.dumps({"error": "use POST"})
         else:
-            status, body = await self.handle(dict(scope["headers"]), receive)
+            status, body = await self.handle(dict(scope["headers"]), receive, scope.get("extensions"))
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    async def handle(self, headers: dict[bytes, bytes], receive: Receive) -> tuple[int, bytes]:
+    async def handle(
+        self, headers: dict[bytes, bytes], receive: Receive, extensions: dict[str, Any] | None = None
+    ) -> tuple[int, bytes]:
         started = time.perf_counter()
         ctype = headers.get(b"content-type", b"").decode("latin-1")
         if ctype.split(";")[0].strip().lower() != "application/json":
@@ -188,40 +239,60 @@ class AdmissionHandler:
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
             return self.reject(413, f"body over {limit} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return 400, b""
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return self.reject(413, f"body over {limit} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+        # The API server always sends a length; a body without one may be as long as the limit.
+        size = int(declared) if declared.isdigit() else limit
+        if self.held.fits(size):
+            self.held.held += size
+        else:
+            await self.wait_turn(size, extensions)
         try:
-            if self._batch or time.perf_counter() - self._last_review < self.BUSY_SECONDS:
-                result = await self.batched(body)
-            else:
-                result = answer(body, self.params())
-                self._last_review = time.perf_counter()
-        except BadReview as e:
-            return self.reject(400, str(e))
-        elapsed = time.perf_counter() - started
-        key = (result.outcome, result.launcher)
-        counter = self._counters.get(key)
-        if counter is None:
-            counter = self._counters[key] = self.metrics.requests.labels(*key)
-        counter.inc()
-        self.metrics.latency.observe(elapsed)
-        if result.admission is not None and self.recorder is not None:
-            self.recorder.record(result.admission)
-        if log.isEnabledFor(logging.INFO):
-            self.log_admission(result, elapsed)
-        return 200, result.body
+            chunks: list[bytes] = []
+            got = 0
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return 400, b""
+                chunk = message.get("body", b"")
+                got += len(chunk)
+                if got > limit:
+                    return self.reject(413, f"body over {limit} bytes")
+                chunks.append(chunk)
+                if not message.get("more_body"):
+                    break
+            body = b"".join(chunks)
+            del chunks
+            try:
+                if self._batch or time.perf_counter() - self._last_review < self.BUSY_SECONDS:
+                    result = await self.batched(body)
+                else:
+                    result = answer(body, self.params())
+                    self._last_review = time.perf_counter()
+            except BadReview as e:
+                return self.reject(400, str(e))
+            elapsed = time.perf_counter() - started
+            key = (result.outcome, result.launcher)
+            counter = self._counters.get(key)
+            if counter is None:
+                counter = self._counters[key] = self.metrics.requests.labels(*key)
+            counter.inc()
+            self.metrics.latency.observe(elapsed)
+            if result.admission is not None and self.recorder is not None:
+                self.recorder.record(result.admission)
+            if log.isEnabledFor(logging.INFO):
+                self.log_admission(result, elapsed)
+            return 200, result.body
+        finally:
+            self.held.release(size)
+
+    async def wait_turn(self, size: int, extensions: dict[str, Any] | None) -> None:
+        """Wait until the request's body fits the bound on bodies held at once; its arrival
+        deadline held meanwhile (our wait, not the client's slowness), restarted after."""
+        deadline = (extensions or {}).get(DEADLINE_EXTENSION)
+        if deadline is not None:
+            deadline["hold"]()
+        await self.held.acquire(size)
+        if deadline is not None:
+            deadline["resume"]()
 
     def batched(self, body: bytes) -> asyncio.Future[ReviewResult]:
         loop = asyncio.get_running_loop()

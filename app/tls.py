@@ -45,7 +45,7 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def make_ca(common_name: str = "hostnet-rdma-ca", days: int = 3650) -> Pair:
+def make_ca(common_name: str = "hostnet-rdma-ca", days: int = 3650, path_length: int | None = 0) -> Pair:
     key = _key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = dt.datetime.now(dt.UTC)
@@ -57,7 +57,7 @@ def make_ca(common_name: str = "hostnet-rdma-ca", days: int = 3650) -> Pair:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
         .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
         .sign(key, hashes.SHA256())
     )
@@ -151,25 +151,109 @@ def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     return ctx
 
 
-def check_pair(cert_pem: bytes, ca_file: Path, names: tuple[str, ...] = ()) -> str | None:
-    """Why this serving certificate must not be served, or None: signed by the CA in the same
-    directory (when there is one), valid now, and valid for every expected name."""
-    cert = x509.load_pem_x509_certificate(cert_pem)
+def load_pair(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """Load a pair into `ctx` from these bytes, not from the files again (which may have
+    changed since they were read and checked). ssl loads only from paths: the bytes go to
+    anonymous in-memory files (the webhook's root filesystem is read-only)."""
+    if not hasattr(os, "memfd_create"):  # not Linux: the files, as read (a dev machine)
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / CERT_FILE).write_bytes(cert_pem)
+            (Path(d) / KEY_FILE).write_bytes(key_pem)
+            ctx.load_cert_chain(str(Path(d) / CERT_FILE), str(Path(d) / KEY_FILE))
+        return
+    fds = [os.memfd_create("hostnet-rdma-tls", os.MFD_CLOEXEC) for _ in range(2)]
+    try:
+        for fd, data in zip(fds, (cert_pem, key_pem), strict=True):
+            os.write(fd, data)
+        ctx.load_cert_chain(f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}")
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def context_from(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    load_pair(ctx, cert_pem, key_pem)
+    return ctx
+
+
+def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def _chain_problem(chain: list[x509.Certificate], roots: list[x509.Certificate], ca_file: Path) -> str | None:
+    """Why the leaf (chain[0]) does not lead to one of the roots through the intermediates the
+    file carries after it (cert-manager with an intermediate issuer writes leaf + intermediate
+    to tls.crt and the root to ca.crt), or None. Each intermediate must be a CA valid now."""
+    now = dt.datetime.now(dt.UTC)
+    current, rest = chain[0], list(chain[1:])
+    below = 0  # intermediates between the leaf and `current`
+    for _ in range(len(chain)):
+        root = next((r for r in roots if _issued_by(current, r)), None)
+        if root is not None:
+            return _path_length_problem(root, below + (current is not chain[0]))
+        step = next((c for c in rest if _issued_by(current, c)), None)
+        if step is None:
+            break
+        rest.remove(step)
+        if current is not chain[0]:
+            below += 1
+        constraints = _constraints(step)
+        if constraints is None or not constraints.ca:
+            return f"intermediate {step.subject.rfc4514_string()} is not a CA"
+        if not step.not_valid_before_utc <= now <= step.not_valid_after_utc:
+            return f"intermediate {step.subject.rfc4514_string()} is not valid now"
+        why = _path_length_problem(step, below)
+        if why is not None:
+            return why
+        current = step
+    names = ", ".join(r.subject.rfc4514_string() for r in roots)
+    return f"not signed by the CA in {ca_file} ({names}), directly or through the intermediates in the file"
+
+
+def _constraints(cert: x509.Certificate) -> x509.BasicConstraints | None:
+    try:
+        return cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        return None
+
+
+def _path_length_problem(ca: x509.Certificate, intermediates_below: int) -> str | None:
+    """A CA's pathLenConstraint counts the intermediates below it; the API server's TLS client
+    (Go's crypto/x509) refuses a chain that exceeds it."""
+    constraints = _constraints(ca)
+    limit = constraints.path_length if constraints is not None else None
+    if limit is not None and intermediates_below > limit:
+        return (f"{ca.subject.rfc4514_string()} allows {limit} intermediate(s) below it (pathLenConstraint), "
+                f"the chain has {intermediates_below}")  # fmt: skip
+    return None
+
+
+def check_pair(cert_pem: bytes, ca_file: Path, names: tuple[str, ...] = (), ca_pem: bytes | None = None) -> str | None:
+    """Why this serving certificate (a leaf, then any intermediates) must not be served, or
+    None: it leads to the CA in the same directory (when there is one), is valid now, and is
+    valid for every expected name. `ca_pem`: the CA file's bytes, as already read."""
+    chain = x509.load_pem_x509_certificates(cert_pem)
+    cert = chain[0]
     now = dt.datetime.now(dt.UTC)
     if now < cert.not_valid_before_utc:
         return f"not valid before {cert.not_valid_before_utc.isoformat()}"
     if now > cert.not_valid_after_utc:
         return f"expired {cert.not_valid_after_utc.isoformat()}"
-    try:
-        ca_pem = ca_file.read_bytes()
-    except OSError:
-        ca_pem = b""
-    if ca_pem:
-        ca = x509.load_pem_x509_certificate(ca_pem)
+    if ca_pem is None:
         try:
-            cert.verify_directly_issued_by(ca)
-        except (ValueError, TypeError, InvalidSignature):
-            return f"not signed by the CA in {ca_file} ({ca.subject.rfc4514_string()})"
+            ca_pem = ca_file.read_bytes()
+        except OSError:
+            ca_pem = b""
+    if ca_pem:
+        why = _chain_problem(chain, x509.load_pem_x509_certificates(ca_pem), ca_file)
+        if why is not None:
+            return why
     if names:
         try:
             san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -232,12 +316,17 @@ class ReloadingCert:
             if current == self._fingerprint:
                 return False
             try:
-                # Validate on a throwaway context first: a bad pair must not break serving.
-                server_context(self.cert_file, self.key_file)
-                why = check_pair(current[0], self.directory / CA_FILE, self.names)
+                ca_pem = (self.directory / CA_FILE).read_bytes()
+            except OSError:
+                ca_pem = b""
+            try:
+                # One read of the files, checked and then loaded: validated on a throwaway
+                # context first (a bad pair must not break serving), then the same bytes.
+                context_from(*current)
+                why = check_pair(current[0], self.directory / CA_FILE, self.names, ca_pem)
                 if why is not None:
                     raise ValueError(why)
-                self.context.load_cert_chain(str(self.cert_file), str(self.key_file))
+                load_pair(self.context, *current)
             except (ssl.SSLError, OSError, ValueError) as e:
                 # Tried again at every poll: a reason can pass (a certificate not valid yet, from
                 # a clock ahead of ours; a CA file written after the pair). Said once per pair and reason.

@@ -63,11 +63,12 @@ def test_the_load_generator_reports_its_send_delay_at_a_fixed_rate_only(bins: Pa
                 time.sleep(0.1)
 
         def load(rate: int, as_user: list[str] | None = None, loadgen: Path = bins / "loadgen",
-                 files: Path = tmp_path) -> tuple[dict[str, float], str]:  # fmt: skip
+                 files: Path = tmp_path, pid: int = 0) -> tuple[dict[str, float], str]:  # fmt: skip
             out = subprocess.run(
                 [*(as_user or []), str(loadgen), "-url", f"https://127.0.0.1:{port}/mutate",
                  "-ca", str(files / "tls" / tls.CA_FILE), "-bodies", str(files / "bodies"), "-rate", str(rate),
-                 "-duration", "1s", "-warmup", "200ms", "-conns", "8"],
+                 "-duration", "1s", "-warmup", "200ms", "-conns", "8", "-pid", str(pid),
+                 "-hz", str(os.sysconf("SC_CLK_TCK"))],
                 capture_output=True, text=True, check=True, timeout=60,
             )  # fmt: skip
             return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
@@ -79,8 +80,14 @@ def test_the_load_generator_reports_its_send_delay_at_a_fixed_rate_only(bins: Pa
         # The delay before a request is sent is part of its latency from the scheduled time.
         assert 0 <= fixed["send_delay_p50_ms"] <= fixed["p50_ms"]
         assert fixed["send_delay_p99_ms"] <= fixed["send_delay_max_ms"] <= fixed["max_ms"]
-        saturation, _ = load(0)
+        saturation, _ = load(0, pid=server.pid)
         assert saturation["ok"] > 0 and "send_delay_p99_ms" not in saturation  # no schedule, no delay
+        # The server's CPU time over the measured second, from /proc, and per admission answered.
+        assert 0 < saturation["server_cpu_s"] <= 1.5 * saturation["seconds"] * (os.cpu_count() or 1)
+        assert saturation["server_cpu_us_per_admission"] == pytest.approx(
+            saturation["server_cpu_s"] / saturation["ok"] * 1e6
+        )
+        assert "server_cpu_s" not in fixed  # only when asked
         # Without root the pacer cannot raise its priority: it says so, once, and still measures.
         setpriv = shutil.which("setpriv")
         if os.geteuid() == 0 and setpriv:

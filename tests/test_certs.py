@@ -179,3 +179,107 @@ def test_every_kubernetes_call_is_bounded_in_time(tmp_path: Path, monkeypatch: A
             call()
         assert time.monotonic() - t0 < 5, "a call to a black-holed API server must give up"
     assert held, "the calls reached the black hole"
+
+
+# ---------------------------------------------------------------- intermediate CAs, one read
+
+
+def _intermediate(root: tls.Pair, ca: bool = True) -> tls.Pair:
+    from cryptography import x509
+
+    from tests.certutil import signed
+
+    return signed(root, "hostnet-rdma-intermediate", (-dt.timedelta(days=1), dt.timedelta(days=90)),
+                  (x509.BasicConstraints(ca=ca, path_length=None),))  # fmt: skip
+
+
+def _leaf(issuer: tls.Pair) -> tls.Pair:
+    from cryptography import x509
+
+    from tests.certutil import signed
+
+    sans = x509.SubjectAlternativeName([x509.DNSName(h) for h in NAMES])
+    return signed(issuer, NAMES[0], (-dt.timedelta(days=1), dt.timedelta(days=60)), (sans,))
+
+
+def _handshake_verifies(server: Any, root: tls.Pair) -> bool:
+    """A TLS handshake in memory: does a client that trusts only `root` accept what `server`
+    (an SSLContext) serves for NAMES[0]?"""
+    import ssl
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".pem") as f:
+        f.write(root.cert_pem)
+        f.flush()
+        client_ctx = ssl.create_default_context(cafile=f.name)
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname=NAMES[0])
+    srv = server.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(10):
+        for end in (client, srv):
+            try:
+                end.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLCertVerificationError:
+                return False
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        try:
+            client.do_handshake()
+            return True
+        except ssl.SSLWantReadError:
+            continue
+        except ssl.SSLCertVerificationError:
+            return False
+    return False
+
+
+def _serving_under_a_root(tmp_path: Path) -> tuple[tls.Pair, tls.ReloadingCert]:
+    """A root that allows intermediates (cert-manager's do), serving a pair it signed."""
+    root = tls.make_ca("root", path_length=None)
+    tls.write_dir(tmp_path, tls.make_serving(root, list(NAMES)), root)
+    return root, tls.ReloadingCert(tmp_path, names=NAMES)
+
+
+def test_reload_accepts_a_chain_through_an_intermediate(tmp_path: Path) -> None:
+    """cert-manager with an intermediate issuer: tls.crt = leaf + intermediate, ca.crt = root.
+    The reload wanted the leaf signed directly by ca.crt and kept the old pair until it expired."""
+    root, cert = _serving_under_a_root(tmp_path)
+    inter = _intermediate(root)
+    leaf = _leaf(inter)
+    tls.write_dir(tmp_path, tls.Pair(leaf.cert_pem + inter.cert_pem, leaf.key_pem))
+    assert cert.check() and cert.reloads == 1 and cert.refused == 0
+    assert _handshake_verifies(cert.context, root)  # the chain is served whole
+
+
+@pytest.mark.parametrize("case", ["other-root", "missing-intermediate", "intermediate-not-a-ca", "root-path-length-0"])
+def test_reload_refuses_a_chain_that_does_not_lead_to_the_ca(tmp_path: Path, case: str) -> None:
+    # path length 0 (this webhook's own self-managed CA): no intermediate below it.
+    root, cert = _serving(tmp_path) if case == "root-path-length-0" else _serving_under_a_root(tmp_path)
+    inter = _intermediate(
+        tls.make_ca("someone-else") if case == "other-root" else root, ca=case != "intermediate-not-a-ca"
+    )
+    leaf = _leaf(inter)
+    chain = leaf.cert_pem if case == "missing-intermediate" else leaf.cert_pem + inter.cert_pem
+    tls.write_dir(tmp_path, tls.Pair(chain, leaf.key_pem))
+    assert not cert.check() and cert.refused == 1 and cert.reloads == 0
+
+
+def test_reload_loads_the_pair_it_checked(tmp_path: Path, monkeypatch: Any) -> None:
+    """The files change between the check and the load (a Secret rotated twice in a row, or a
+    writer that is not atomic): what is served must be what was checked, never the files read
+    a second time."""
+    root, cert = _serving(tmp_path)
+    good = tls.make_serving(root, list(NAMES))
+    tls.write_dir(tmp_path, good)
+    checked = tls.check_pair
+
+    def check_then_swap(*args: Any, **kw: Any) -> Any:
+        out = checked(*args, **kw)
+        tls.write_dir(tmp_path, tls.make_serving(tls.make_ca("intruder"), list(NAMES)))
+        return out
+
+    monkeypatch.setattr(tls, "check_pair", check_then_swap)
+    assert cert.check()
+    assert _handshake_verifies(cert.context, root)

@@ -98,9 +98,19 @@ def test_hardened_deployment_and_least_privilege_rbac() -> None:
     # An Event only where the webhook's selectors admit: a namespace's labels are read (get, not
     # list or watch; namespaces cannot be named in advance).
     namespaces = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}
+    # ... and only about a job that exists with the review's uid: get on the kinds Events are
+    # recorded on (app.events.KINDS), one rule per API group, nothing more.
+    from app.events import KINDS
+
+    by_group: dict[str, list[str]] = {}
+    for (group, _), resource in KINDS.items():
+        by_group.setdefault(group, []).append(resource)
+    jobs = [
+        {"apiGroups": [g], "resources": sorted(set(rs), key=rs.index), "verbs": ["get"]} for g, rs in by_group.items()
+    ]
     for r in rules:
         assert "*" not in r["verbs"] and "*" not in r["resources"]
-        if r["verbs"] != ["create"] and r not in (events, namespaces):  # Events are named by the webhook itself
+        if r["verbs"] != ["create"] and r not in (events, namespaces, *jobs):  # Events are named by the webhook itself
             assert r.get("resourceNames"), r
     assert events in rules and namespaces in rules
     # No RBAC for the webhook when it does not manage certificates but the Events rule, none
@@ -108,7 +118,7 @@ def test_hardened_deployment_and_least_privilege_rbac() -> None:
     rbac = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
     test_hook = [d for d in docs("provided") if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"]
     ours = [d for d in docs("provided") if d["kind"] in rbac and d not in test_hook]
-    assert [r for d in ours if d["kind"] == "ClusterRole" for r in d["rules"]] == [events, namespaces]
+    assert [r for d in ours if d["kind"] == "ClusterRole" for r in d["rules"]] == [events, namespaces, *jobs]
     assert {d["metadata"]["name"] for d in ours} == {"hostnet-rdma-events"}
     (test_role,) = [d for d in test_hook if d["kind"] == "ClusterRole"]
     assert test_role["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
@@ -246,6 +256,11 @@ def test_examples_opt_in_and_mutate(example: Path) -> None:
     if example.stem == "namespace":
         assert manifests[0]["metadata"]["labels"]["hostnet-rdma.io/inject"] == "enabled"
         return
+    if example.stem == "train-script":
+        (cm,) = manifests
+        assert cm["kind"] == "ConfigMap" and cm["metadata"] == {"name": "ddp-script", "namespace": "ml"}
+        compile(cm["data"]["train.py"], "train.py", "exec")
+        return
     full = [t for t in templates if "hostNetwork" in t["spec"]]  # runtime patches are partial
     if not full:  # a TrainJob on another example's runtime (trainjob-kueue.yaml on trainjob.yaml's)
         runtimes = {d["metadata"]["name"] for f in example.parent.glob("*.yaml") for d in yaml.safe_load_all(f.read_text())
@@ -381,3 +396,20 @@ def test_the_charts_defaults_are_the_previews() -> None:
     assert values["image"]["repository"] == chart.IMAGE_REPOSITORY and meta["appVersion"] == __version__
     assert values["image"]["pullPolicy"] == chart.IMAGE_PULL_POLICY
     assert tuple(values["webhook"]["excludeNamespaces"]) == chart.EXCLUDE_NAMESPACES
+
+
+def test_every_configmap_an_example_mounts_is_shipped_with_them() -> None:
+    """Every example mounted a ConfigMap `ddp-script` that nothing in the repository created:
+    the quick start's `kubectl apply` could never run."""
+    shipped: set[tuple[str, str]] = set()
+    mounted: dict[tuple[str, str], str] = {}
+    for example in sorted((ROOT / "deploy" / "examples").glob("*.yaml")):
+        for d in (d for d in yaml.safe_load_all(example.read_text()) if d):
+            ns = (d.get("metadata") or {}).get("namespace", "ml")
+            if d["kind"] == "ConfigMap":
+                shipped.add((ns, d["metadata"]["name"]))
+            for t in _pod_templates(d):
+                for v in t["spec"].get("volumes") or []:
+                    if "configMap" in v:
+                        mounted[(ns, v["configMap"]["name"])] = example.name
+    assert mounted and all(key in shipped for key in mounted), (mounted, shipped)

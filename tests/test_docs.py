@@ -77,3 +77,32 @@ OFFLINE = [(w, words) for w, words in CASES if words[0] in ("explain", "mutate")
 def test_the_commands_that_need_no_cluster_run_as_shown(where: str, words: list[str]) -> None:
     p = run_cli(*words)
     assert p.returncode == 0, f"{where}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to `-`."""
+    import re
+
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves() -> None:
+    """Four relative links were broken (docs/ pages linking as if from the repository's root)."""
+    import re
+
+    pages = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken: list[str] = []
+    for page in pages:
+        for target in re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # a URL
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and file.suffix == ".md":
+                slugs = {_slug(h) for h in re.findall(r"^#+ (.+)$", file.read_text(), re.M)}
+                if anchor not in slugs:
+                    broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)

@@ -586,3 +586,28 @@ def test_a_sweep_only_job_completes_when_its_pods_exit_0() -> None:
     logs = {"p0": f"{outcome.SWEEP} from=n1 to=n2 largest_ok=67108864 first_lost=- gbps=9.80\n"}
     assert outcome.progress([done], logs, "trainer", 2).state == "completed"
     assert outcome.progress([done], {"p0": ""}, "trainer", 2).state == "running"
+
+
+def test_a_running_job_says_what_it_waits_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On GPUs the jobs run one after another, up to 600 s each, and e2e printed a line only
+    when a job ended. Now a job says, at least every 30 s, what it is waiting for."""
+    from app import kube
+    from app.e2e import run
+
+    unscheduled = pod("e2e-job-0", conditions=[{"type": "PodScheduled", "status": "False",
+                                                "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}])  # fmt: skip
+    del unscheduled["status"]["containerStatuses"]
+    monkeypatch.setattr(kube, "list_pods", lambda api, ns, selector: [unscheduled])
+
+    class Objects(_Served):
+        def create(self, obj: dict[str, Any]) -> None:
+            pass
+
+    said: list[str] = []
+    follow = run.Follow(object(), Objects(False), "job", Params(namespace="e2e", image="train:1"), timeout=0.5,  # type: ignore[arg-type]
+                        poll=0.01, say=said.append, every=0.1)  # fmt: skip
+    follow.follow()
+    assert follow.result is not None and follow.result.outcome == "timed out"
+    assert 2 <= len(said) <= 6, said  # every 0.1 s of the 0.5 s, not every poll
+    assert all(line.startswith("job: still running after ") and "Insufficient nvidia.com/gpu" in line for line in said)
+    assert run.PROGRESS_SECONDS <= 30

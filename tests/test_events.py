@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +247,7 @@ def test_events_only_in_namespaces_the_selectors_admit() -> None:
     cfg = config.from_dict({"excludeNamespaces": ["kube-system", "hostnet-rdma-system"]})
     gate = events.NamespaceGate(lambda: cfg, labels_of, ttl=60, clock=lambda: clock[0])
     sender = FakeSender()
-    rec = events.Recorder(sender, "w", gate=gate.admits, clock=lambda: clock[0])
+    rec = events.Recorder(sender, "w", gates=[gate], clock=lambda: clock[0])
     for ns in ("ml", "team-b", "kube-system", "hostnet-rdma-system", "nowhere", "ml"):
         rec.record(big_admission(hash(ns) % 1000, namespace=ns, note=10))
     rec.flush()
@@ -270,7 +271,7 @@ def test_the_gate_unreachable_backs_off_and_keeps_the_queue() -> None:
 
     clock = [0.0]
     gate = events.NamespaceGate(lambda: config.from_dict({}), away, clock=lambda: clock[0])
-    rec = events.Recorder(FakeSender(), "w", gate=gate.admits, clock=lambda: clock[0])
+    rec = events.Recorder(FakeSender(), "w", gates=[gate], clock=lambda: clock[0])
     for a in admissions("volcano/plain-c10d-worker-1", 3):
         rec.record(a)
     assert rec.flush() == 0 and len(rec.queue) == 3 and rec.resume_at == 1.0
@@ -318,3 +319,147 @@ def test_the_injected_event_says_which_profile_and_why() -> None:
     pod = load("volcano/plain-c10d-worker-1")
     (injected,) = [o for o in events.occurrences(answer(body(pod), PARAMS).admission) if o.reason == "Injected"]  # type: ignore[arg-type]
     assert "nccl-env (profile BM.GPU4.8: nodeSelector node.kubernetes.io/instance-type=BM.GPU4.8)" in injected.note
+
+
+# ---------------------------------------------------------------- forged reviews (issue: no tenant can make it write)
+
+
+def forged(i: int, namespace: str = "ml", uid: str = "", note: str = "x") -> events.Admission:
+    meta = {"name": f"p-{i}", "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"job-{i}",
+                                                   "uid": uid or f"uid-{i}", "controller": True}]}  # fmt: skip
+    a = events.admission(meta, namespace, "job", "test", True, ("dns",), "default", (note,))
+    assert a is not None
+    return a
+
+
+def test_no_event_about_a_job_that_does_not_exist_with_that_uid() -> None:
+    """A review posted to the Service for an opted-in namespace named another tenant's Job by
+    name and uid: Events were created about it. Now only about an object the API server has,
+    with that uid; one read per job a minute, whatever number of pods."""
+    real = {("ml", "batch", "v1", "jobs", "job-1"): "uid-1", ("ml", "batch", "v1", "jobs", "job-2"): "uid-2"}
+    reads: list[str] = []
+
+    def uid_of(namespace: str, group: str, version: str, resource: str, name: str) -> str | None:
+        reads.append(name)
+        return real.get((namespace, group, version, resource, name))
+
+    sender = FakeSender()
+    rec = events.Recorder(sender, "w", gates=[events.ObjectGate(uid_of)])
+    rec.record(forged(1))  # real, right uid
+    rec.record(forged(2, uid="someone-elses"))  # real job, wrong uid
+    rec.record(forged(3))  # no such job
+    for _ in range(100):
+        rec.record(forged(1))
+    rec.flush()
+    about = {c[2]["regarding"]["name"] for c in sender.calls}
+    assert about == {"job-1"} and rec.outside == 2
+    assert sorted(reads) == ["job-1", "job-2", "job-3"]  # one read per job
+
+
+def test_no_event_about_a_kind_it_does_not_know() -> None:
+    meta = {"ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Widget", "name": "w", "uid": "u",
+                                 "controller": True}]}  # fmt: skip
+    a = events.admission(meta, "ml", "pod", "test", True, ("dns",), "default", ())
+    assert a is not None
+    gate = events.ObjectGate(lambda *_: "u")
+    assert gate.known(a.regarding) is False
+
+
+def test_an_event_note_carries_no_text_from_the_review() -> None:
+    """The profile annotation's value was echoed into the Event ("unknown NCCL profile ..."):
+    a forged review could write any text about a tenant's job. A note is our sentence for its
+    reason, and the pod's name when it is a DNS name."""
+    text = "unknown NCCL profile 'CALL +1-555-0100 TO CLAIM' in hostnet-rdma.io/profile; known: default"
+    (_injected, warning) = events.occurrences(forged(1, note=text))
+    assert warning.reason == "AnnotationIgnored"
+    assert "CALL" not in warning.note and "p-1" in warning.note
+    assert warning.note.startswith(events.NOTES["AnnotationIgnored"])
+    meta = {"name": "Not A Name!", "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                                        "uid": "u", "controller": True}]}  # fmt: skip
+    a = events.admission(meta, "ml", "job", "test", False, (), "default", (text,))
+    assert a is not None and a.pod == "" and "Not A Name" not in events.occurrences(a)[0].note
+
+
+def test_a_job_name_that_is_no_dns_name_names_no_job() -> None:
+    meta = {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "../../secrets/x", "uid": "u",
+                                 "controller": True}]}  # fmt: skip
+    assert events.regarding_of(meta, "ml") is None
+    assert events.regarding_of({"labels": {events.record.JOBSET_NAME: "a" * 300, events.record.JOBSET_UID: "u"}},
+                               "ml") is None  # fmt: skip
+
+
+def test_reads_count_in_the_calls_of_a_flush() -> None:
+    """4,000 forged reviews for distinct namespaces made one flush issue 4,000 namespace reads
+    (the docs say at most 50 API calls a flush). The rest wait in the queue, bounded."""
+    from app import config
+
+    reads: list[str] = []
+
+    def labels_of(ns: str) -> dict[str, str] | None:
+        reads.append(ns)
+        return None
+
+    gate = events.NamespaceGate(lambda: config.from_dict({}), labels_of)
+    rec = events.Recorder(FakeSender(), "w", gates=[gate], max_calls=50)
+    for i in range(4000):
+        rec.record(forged(i, namespace=f"ns-{i}"))
+    rec.flush()
+    assert len(reads) == 50 and len(rec.queue) == 3950 and rec.outside == 50
+    rec.flush()
+    assert len(reads) == 100
+
+
+def test_the_sender_survives_any_api_error() -> None:
+    """One unexpected API error (a 403 during an RBAC upgrade) ended the Events thread for the
+    replica's life. Now it costs that admission; the next flush runs."""
+    import threading
+
+    calls = [0]
+
+    def forbidden(*_: Any) -> str | None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("(403) Forbidden: jobs.batch is forbidden")
+        return "uid-1"
+
+    sender = FakeSender()
+    rec = events.Recorder(sender, "w", gates=[events.ObjectGate(forbidden, ttl=0)], flush_seconds=0.01)
+    rec.record(forged(1))
+    rec.flush()
+    assert rec.failed == 1 and not sender.calls
+    # And the thread outlives an error no unit expected.
+    broken = [True]
+    real_flush = rec.flush
+
+    def flaky() -> int:
+        if broken[0]:
+            broken[0] = False
+            raise ValueError("a bug")
+        return real_flush()
+
+    rec.flush = flaky  # type: ignore[method-assign]
+    stop = threading.Event()
+    thread = threading.Thread(target=rec.run, args=(stop,))
+    thread.start()
+    rec.record(forged(1))
+    deadline = time.monotonic() + 10
+    while not sender.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    thread.join(5)
+    assert sender.calls and rec.failed == 2
+
+
+def test_a_job_created_again_under_its_name_gets_its_events_at_once() -> None:
+    """The verdict is kept per uid: the pods of a job deleted and created again under the same
+    name (a new uid) are looked up, not refused for the old job's minute."""
+    real = {"job-1": "uid-1"}
+    sender = FakeSender()
+    rec = events.Recorder(sender, "w", gates=[events.ObjectGate(lambda *a: real.get(a[-1]))])
+    rec.record(forged(1))
+    rec.flush()
+    real["job-1"] = "uid-new"
+    rec.record(forged(1, uid="uid-new"))
+    rec.flush()
+    created = {c[2]["regarding"]["uid"] for c in sender.calls if c[0] == "create"}
+    assert created == {"uid-1", "uid-new"} and rec.outside == 0

@@ -169,3 +169,145 @@ def test_config_as_the_webhooks_configmap_is_taken_as_it_is(tmp_path: Path) -> N
     cm.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "data": {}}))
     with pytest.raises(CommandError, match=r"has no data config\.yaml"):
         preview_config(str(cm), None)
+
+
+VOLCANO_LAUNCHER_TRAINER = """
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: lt, namespace: ml}
+spec:
+  minAvailable: 3
+  schedulerName: volcano
+  plugins: {env: [], svc: []}
+  tasks:
+    - name: launcher
+      replicas: 1
+      template:
+        spec:
+          hostNetwork: true
+          containers: [{name: c, image: pytorch, command: [torchrun, --nproc-per-node=8, t.py]}]
+    - name: trainer
+      replicas: 2
+      template:
+        spec:
+          hostNetwork: true
+          containers: [{name: c, image: pytorch, command: [torchrun, --nproc-per-node=8, t.py]}]
+"""
+
+
+def test_a_volcano_job_without_a_master_task_previews_one_store(tmp_path: Path) -> None:
+    """Tasks `launcher` + `trainer`: the preview showed two `yes` in STORE HOST, silently."""
+    from tests.cliutil import run_cli
+
+    f = tmp_path / "job.yaml"
+    f.write_text(VOLCANO_LAUNCHER_TRAINER)
+    out = run_cli("explain", "-f", str(f))
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("Job/lt")]
+    assert len(rows) == 3 and [r[4] for r in rows].count("yes") == 1, out.stdout
+    assert out.returncode == 0 and "store hosts" not in out.stdout
+
+
+def test_a_job_whose_pods_host_no_store_or_several_is_flagged() -> None:
+    from app import preview
+
+    def row(pod: str, store: str, job: str = "Job/j") -> preview.Row:
+        return preview.Row(source=job, pod=pod, sent=True, mutated=True, pod_after={}, store_host=store)
+
+    two = [row("j-0", "yes"), row("j-1", "yes")]
+    none = [row("j-0", "no"), row("j-1", "no")]
+    fine = [row("j-0", "yes"), row("j-1", "no")]
+    unknown = [row("j-0", "decided on the node by its addresses"), row("j-1", "no")]
+    assert preview.store_problems(two) == [
+        "Job/j: 2 rendezvous store hosts (j-0, j-1), not exactly one: the job would hang"
+    ]
+    assert preview.store_problems(none)[0].startswith("Job/j: 0 rendezvous store hosts (none of its pods)")
+    assert preview.store_problems(fine) == [] and preview.store_problems(unknown) == []
+    assert preview.store_problems([row("p", "yes", "Pod/p")]) == []  # one pod: nothing to compare
+
+
+MIXED = """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, namespace: ml}
+data: {a: b}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: dep, namespace: ml}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: x}}
+  template:
+    metadata: {labels: {app: x}}
+    spec:
+      hostNetwork: true
+      containers: [{name: c, image: pytorch, command: [torchrun, t.py]}]
+---
+apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {name: mpi, namespace: ml}
+spec:
+  mpiReplicaSpecs:
+    Launcher: {replicas: 1, template: {spec: {hostNetwork: true, containers: [{name: l, image: x}]}}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq}
+spec: {}
+"""
+
+
+@pytest.mark.parametrize("command", ["explain", "mutate"])
+def test_every_object_of_a_file_is_accounted_for(command: str, tmp_path: Path) -> None:
+    """A Deployment or an MPIJob (host network, torchrun) printed an empty table or `items: []`
+    and exited 0; the ConfigMap and Kueue's ClusterQueue beside them were skipped without a word."""
+    f = tmp_path / "mixed.yaml"
+    f.write_text(MIXED)
+    out = run_cli(command, "-f", str(f))
+    said = out.stdout + out.stderr
+    assert out.returncode == preview.EXIT_NOT_PREVIEWED == 4, said
+    assert "Deployment/dep: holds pod templates, but the preview cannot expand kind Deployment" in said
+    assert "MPIJob/mpi: holds pod templates" in said
+    assert "not workloads (no pods): ConfigMap/cfg, ClusterQueue/cq" in said
+
+
+def test_a_file_of_known_workloads_and_plain_objects_exits_as_before(tmp_path: Path) -> None:
+    f = tmp_path / "job.yaml"
+    f.write_text((ROOT / "deploy" / "examples" / "namespace.yaml").read_text() + "\n---\n"
+                 + (ROOT / "deploy" / "examples" / "volcano-job.yaml").read_text())  # fmt: skip
+    out = run_cli("explain", "-f", str(f))
+    assert out.returncode == 0 and "not workloads (no pods): Namespace/ml" in out.stdout, out.stdout
+
+
+HAND_WRITTEN = """
+apiVersion: batch/v1
+kind: Job
+metadata: {name: j, namespace: ml}
+spec:
+  completionMode: Indexed
+  completions: 2
+  parallelism: 2
+  template:
+    spec:
+      hostNetwork: true
+      subdomain: j
+      restartPolicy: Never
+      containers:
+        - name: c
+          image: pytorch
+          command: [bash, -c, "torchrun --nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=j-0.j:29500 --rdzv-conf=is_host=true --local-addr=$(hostname) t.py"]
+"""
+
+
+def test_the_explain_table_agrees_with_its_notes(tmp_path: Path) -> None:
+    """Hand-written rendezvous shell: a note said the wrapper would refuse while the exit code
+    was 0; the refusal was said twice per pod; pod 1's notes were printed under pod 0's name."""
+    f = tmp_path / "job.yaml"
+    f.write_text(HAND_WRITTEN)
+    out = run_cli("explain", "-f", str(f))
+    assert out.returncode == preview.EXIT_REFUSES, out.stdout
+    notes = out.stdout.split("\n\n", 1)[1].splitlines()
+    refusals = [n for n in notes if "is_host=true, but the rendezvous endpoint j-0.j names another pod" in n]
+    assert len(refusals) == 1 and refusals[0].startswith("j-1-…: wrapper will refuse to start:"), notes
+    shared = [n for n in notes if "sets is_host itself" in n]
+    assert shared and shared[0].startswith("j-0-…, j-1-…: "), notes

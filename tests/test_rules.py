@@ -133,8 +133,12 @@ def test_no_node_count_for_a_job_of_several_pods_refuses() -> None:
         assert not plan.fatal and plan.nnodes == argv[0].split("=")[1]
     _, plan = rules.merge(["t.py"], {**env, "PET_NNODES": "2"}, _here())
     assert not plan.fatal and plan.nnodes == "2"
-    # A static rendezvous (MASTER_ADDR + node rank) is the user's: untouched.
-    _, plan = rules.merge(["--master-addr=a", "--node-rank=1", "t.py"], {**env, rules.ENV_RDZV_BACKEND: ""})
+    # A static rendezvous (MASTER_ADDR + node rank) is the user's, but without --nnodes torchrun
+    # counts 1 node: each pod would train alone (JobSet's own resnet example), so it refuses too.
+    static = ["--master-addr=a", "--node-rank=1", "t.py"]
+    _, plan = rules.merge(static, {**env, rules.ENV_RDZV_BACKEND: ""})
+    assert plan.backend == "static" and plan.fatal.startswith("--nnodes not given")
+    _, plan = rules.merge(["--nnodes=4", *static], {**env, rules.ENV_RDZV_BACKEND: ""})
     assert plan.backend == "static" and not plan.fatal
 
 

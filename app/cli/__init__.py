@@ -37,19 +37,59 @@ def build_parser(prog: str = "hostnet-rdma") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return _run(build_parser().parse_args(argv))
+    return _run(_parse(build_parser(), argv))
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments; one the command does not know is refused with that command's usage (the
+    top level's told nothing about the command's options)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
+# A reader that closed the pipe early (`| head`): exit as a program killed by SIGPIPE would.
+EXIT_PIPE_CLOSED = 141
 
 
 def _run(args: argparse.Namespace) -> int:
+    """The command, with the everyday failures as one line each (never a traceback)."""
+    import sys
+
     try:
         rc: int = args.func(args)
-    except Exception as e:
-        from app import kube  # only now: commands that never read a cluster do not load its client
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
 
-        if isinstance(e, kube.KubeconfigError):
-            return error(str(e))
-        raise
+        # Python would flush stdout again at exit, into the closed pipe, and print an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE_CLOSED
+    except Exception as e:
+        message = _everyday(e)
+        if message is None:
+            raise
+        return error(message)
     return rc
+
+
+def _everyday(e: Exception) -> str | None:
+    """One line, with the next step, for a failure that is the user's setup, not a bug."""
+    from app import kube  # only now: commands that never read a cluster do not load its client
+
+    if isinstance(e, kube.KubeconfigError):
+        return str(e)
+    import urllib3
+
+    if isinstance(e, urllib3.exceptions.HTTPError):
+        reason = getattr(e, "reason", None) or e
+        return (f"cannot reach the cluster's API server: {reason} (is it up, and are --kubeconfig and --context "
+                "the ones you mean? `kubectl cluster-info` tells)")  # fmt: skip
+    if isinstance(e, kube.ApiException):
+        return f"the API server refused: {kube.api_message(e)}"
+    return None
 
 
 # What the kubectl plugin offers (serving the webhook is not a kubectl job), and which of
@@ -86,4 +126,4 @@ def kubectl_main(argv: list[str] | None = None) -> int:
             return 2
         forwarded += [flag, value]
     at = rest.index(command) + 1
-    return _run(build_parser("kubectl hostnet-rdma").parse_args([*rest[:at], *forwarded, *rest[at:]]))
+    return _run(_parse(build_parser("kubectl hostnet-rdma"), [*rest[:at], *forwarded, *rest[at:]]))

@@ -52,6 +52,8 @@ def _documents(source: str) -> list[Any]:
         text = sys.stdin.read() if source == "-" else Path(source).read_text()
     except OSError as e:
         raise CommandError(f"cannot read {source}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise CommandError(f"{source} is not UTF-8 text (byte {e.start}): give a YAML or JSON file") from None
     try:
         return [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
@@ -97,13 +99,26 @@ def add_preview_args(parser: Any) -> None:
                              "JobSet, LeaderWorkerSet, PyTorchJob, TrainJob (+ its runtime), Volcano Job; repeatable")  # fmt: skip
     parser.add_argument("--config", help="the chart's config: block, a values file, or the webhook's config file "
                                          "(default: the chart's defaults, as a default install)")  # fmt: skip
-    parser.add_argument("--kube-version", default=None,
+    parser.add_argument("--kube-version", default=None, type=_kube_version,
                         help="Kubernetes version the chart's `delivery: auto` is resolved for (default: 1.36)")  # fmt: skip
     parser.add_argument("--from-cluster", action="store_true",
                         help="the installed webhook's config and selectors, the namespace's labels and TrainJob "
                              "runtimes, read from the cluster (--kubeconfig, --context)")  # fmt: skip
     parser.add_argument("--webhook-config", default="hostnet-rdma",
                         help="name of the installed MutatingWebhookConfiguration (the Helm release's fullname)")  # fmt: skip
+
+
+def _kube_version(text: str) -> str:
+    """--kube-version as argparse checks it: a usage error, not a traceback."""
+    import argparse
+
+    from app import chart
+
+    try:
+        chart.from_values(None, text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--kube-version ")) from None
+    return text
 
 
 def preview_config(path: str | None, kube_version: str | None) -> InjectConfig:
@@ -146,15 +161,17 @@ def preview_config(path: str | None, kube_version: str | None) -> InjectConfig:
         raise CommandError(str(e)) from None
 
 
-def run_preview(args: Any) -> tuple[list[Any], bool]:
-    """The preview rows (app.preview.Row) of the files in args, and whether the input was a
-    single Pod. From the cluster (--from-cluster) or offline."""
+def run_preview(args: Any, objects: list[dict[str, Any]] | None = None) -> tuple[list[Any], bool, list[Any]]:
+    """The preview rows (app.preview.Row) of the files in args, whether the input was a single
+    Pod, and the objects without pods (app.controllers.Expansion: not workloads, or workloads
+    the preview cannot expand). From the cluster (--from-cluster) or offline."""
     import dataclasses
 
     from app import controllers, preview, review
     from app.core import selection
 
-    objects = read_objects(args.file)
+    # The objects as the caller read them: stdin (`-f -`) can be read once only.
+    objects = read_objects(args.file) if objects is None else objects
     single_pod = len(objects) == 1 and objects[0].get("kind") == "Pod"
     labels: dict[str, str] | None = None
     runtime_of = None
@@ -195,4 +212,16 @@ def run_preview(args: Any) -> tuple[list[Any], bool]:
         raise CommandError(str(e)) from None
     configmaps = {k: v for ex in expansions for k, v in ex.configmaps.items()}
     rows = preview.rows(expansions, lambda ns: review.params_for(cfg, ns), selectors, labels, configmaps)
-    return rows, single_pod
+    return rows, single_pod, [ex for ex in expansions if not ex.pods]
+
+
+def without_pods(others: list[Any]) -> tuple[list[str], int]:
+    """Lines that account for the objects of a file that have no pod rows, and the exit code
+    they call for: EXIT_NOT_PREVIEWED when a workload could not be expanded, else 0."""
+    from app import preview
+
+    lines = [f"{ex.source}: {ex.note}" for ex in others if ex.unexpanded]
+    plain = [ex.source for ex in others if not ex.unexpanded and ex.note == "not a workload: no pods"]
+    if plain:
+        lines.append(f"not workloads (no pods): {', '.join(plain)}")
+    return lines, preview.EXIT_NOT_PREVIEWED if any(ex.unexpanded for ex in others) else 0

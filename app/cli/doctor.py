@@ -54,6 +54,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """The fabric checks the wrapper runs before torchrun, against this node (or a sysfs tree)."""
     if args.between:
         return cmd_between(args)
+    import os
+
+    if not os.path.isdir(os.path.join(args.sysfs_root, "sys")) or not os.path.isdir(
+        os.path.join(args.sysfs_root, "proc")
+    ):
+        # A wrong root would read as a node without RDMA devices, checks failing for no reason.
+        return error(f"--sysfs-root {args.sysfs_root}: no sys/ and proc/ there (give the directory that holds them)")
     try:
         cfg = load_config(args.config)
     except CommandError as e:
@@ -78,7 +85,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     ok = not any(f.problem for f in findings)
     if args.output == "json":
         print(json.dumps({
-            "ok": ok, "checks": [f.as_dict() for f in findings],
+            "ok": ok, "checks": [{**f.as_dict(), "status": _status(f)} for f in findings],
             "suggested": {"NCCL_IB_HCA": suggested_hca, "NCCL_IB_GID_INDEX": suggested_gid, "left_out": left_out},
             "matching_profiles": matching,
         }, indent=2))  # fmt: skip
@@ -87,7 +94,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     given = " ".join(f"{k}={v}" for k, v in (("NCCL_IB_HCA", hca), ("NCCL_IB_GID_INDEX", gid_index)) if v)
     print(f"checked {given or 'the node defaults'} under {args.sysfs_root}")
     for f in findings:
-        print(f"{'PASS' if f.ok else ('FAIL' if f.problem else 'INFO')}  {f.name.ljust(width)}  {f.detail}")
+        print(f"{_status(f)}  {f.name.ljust(width)}  {f.detail}")
     hints = [f"  - {f.name}: {f.hint}" for f in findings if f.problem and f.hint]
     if hints:
         print("\nWhat to do:", *hints, sep="\n")
@@ -127,3 +134,8 @@ def register(sub: Any) -> None:
     b.add_argument("--bound", type=int, default=10, help="seconds each message size may take (default 10)")
     b.add_argument("--timeout", type=float, default=300, help="seconds for the whole check (default 300)")
     d.set_defaults(func=cmd_doctor)
+
+
+def _status(f: fabric.Finding) -> str:
+    """PASS, FAIL (a problem) or INFO (not ok, not a problem): the table's word, and the JSON's."""
+    return "PASS" if f.ok else ("FAIL" if f.problem else "INFO")

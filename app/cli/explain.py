@@ -4,7 +4,9 @@ what the webhook decided. A job file (any launcher): one row per pod its control
 (local address, endpoint, store host, node count) and every warning.
 
 Exit codes: 0 every pod is mutated and its wrapper would start; 1 a pod's wrapper would refuse
-to start, or a pod would be left unchanged; 2 bad input; 3 a pod would not be sent to the webhook."""
+to start, a pod would be left unchanged, or a job's pods would not host exactly one rendezvous
+store; 2 bad input or a cluster that cannot be read; 3 a pod would not be sent to the webhook;
+4 the file holds a workload the preview cannot expand into pods; 141 the reader closed the pipe."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from app.cli.common import (
     preview_config,
     read_objects,
     run_preview,
+    without_pods,
 )
 from app.core import selection
 from app.explain import explain
@@ -34,12 +37,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
             objects = read_objects(args.file)
             if len(objects) == 1 and objects[0].get("kind") == "Pod" and not args.from_cluster:
                 return _steps_of_a_file(args, objects[0])
-            rows, _ = run_preview(args)
+            rows, _, others = run_preview(args, objects)
         except CommandError as e:
             return error(str(e))
-        print(table(rows))
-        if any(r.refusal or (r.sent and not r.mutated) for r in rows):
+        lines, unexpanded = without_pods(others)
+        print(table(rows) if rows else "no pods to preview")
+        if lines:
+            print("\n" + "\n".join(lines))
+        if preview.store_problems(rows) or any(r.refusal or (r.sent and not r.mutated) for r in rows):
             return preview.EXIT_REFUSES
+        if unexpanded:
+            return unexpanded
         return preview.EXIT_NOT_SENT if any(not r.sent for r in rows) else preview.EXIT_OK
     if not args.pod:
         return error("give a POD name or -f FILE")
@@ -86,7 +94,8 @@ def _steps_of_a_live_pod(args: argparse.Namespace) -> int:
 
 
 def table(rows: list[preview.Row]) -> str:
-    """One row per pod, then what each pod's admission and wrapper say (once per text)."""
+    """One row per pod, then what the pods' admission and wrappers say: each text once, with the
+    pods it is about."""
     head = ("JOB", "POD", "LOCAL ADDRESS", "ENDPOINT", "STORE HOST", "NODES")
     lines = [head]
     for r in rows:
@@ -96,15 +105,21 @@ def table(rows: list[preview.Row]) -> str:
         lines.append((r.source, r.pod, r.local_addr or "-", r.endpoint or "-", r.store_host or "-", r.nnodes or "-"))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines]
-    said: set[str] = set()
-    notes: list[str] = []
+    # Each text once, with every pod it is about (a 1,000-pod job's warning is one line).
+    pods_of: dict[str, list[str]] = {}
     for r in rows:
+        # The refusal once: the admission warning that says the same is left out.
+        warned = [f"warning: {w}" for w in r.warnings if not (r.refusal and r.refusal in w)]
         for text in ([r.reason] if r.reason else []) + ([f"wrapper will refuse to start: {r.refusal}"] if r.refusal else []) + (
             [r.backend] if r.backend.startswith("decided at run time") else []
-        ) + [f"warning: {w}" for w in r.warnings]:  # fmt: skip
-            if text not in said:
-                said.add(text)
-                notes.append(f"{r.pod}: {text}")
+        ) + warned:  # fmt: skip
+            pods = pods_of.setdefault(text, [])
+            if r.pod not in pods:
+                pods.append(r.pod)
+    notes: list[str] = list(preview.store_problems(rows))
+    for text, pods in pods_of.items():
+        who = ", ".join(pods[:3]) + (f" and {len(pods) - 3} more" if len(pods) > 3 else "")
+        notes.append(f"{who}: {text}")
     return "\n".join(out + (["", *notes] if notes else []))
 
 

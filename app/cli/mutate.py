@@ -1,6 +1,8 @@
 """`hostnet-rdma mutate -f FILE`: the pods of what you apply (a Pod, or a job of any launcher:
 its controller's pods) exactly as the webhook would store them, with a summary of what was
-decided on stderr. Exit 3 when a pod would not be sent to the webhook at all."""
+decided on stderr. Exit codes: 0 done; 2 bad input or a cluster that cannot be read; 3 a pod
+would not be sent to the webhook at all; 4 the file holds a workload the preview cannot expand
+into pods (named on stderr); 141 the reader closed the pipe."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 import yaml
 
 from app import preview
-from app.cli.common import CommandError, add_cluster_args, add_preview_args, error, run_preview
+from app.cli.common import CommandError, add_cluster_args, add_preview_args, error, run_preview, without_pods
 from app.core import Result, patch
 
 
@@ -47,9 +49,12 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     if not args.file:
         return error("give the file to preview: -f FILE (- for stdin)")
     try:
-        rows, single_pod = run_preview(args)
+        rows, single_pod, others = run_preview(args)
     except CommandError as e:
         return error(str(e))
+    lines, unexpanded = without_pods(others)
+    for line in lines:
+        print(line, file=sys.stderr)
     for row in rows:
         prefix = "" if single_pod else f"{row.source} pod {row.pod}: "
         print(prefix + _said(row), file=sys.stderr)
@@ -64,6 +69,8 @@ def cmd_mutate(args: argparse.Namespace) -> int:
             print(json.dumps(doc, indent=2))
         else:
             print(yaml.safe_dump(doc, sort_keys=False, width=1 << 20), end="")
+    if unexpanded:
+        return unexpanded
     return preview.EXIT_NOT_SENT if any(not r.sent for r in rows) else preview.EXIT_OK
 
 

@@ -157,14 +157,15 @@ class Background:
 
 def _recorder(args: argparse.Namespace, settings: ServerSettings, log: logging.Logger, holder: ConfigHolder) -> Any:
     """The Events recorder, or None: turned off, or no cluster to send to (a dev server). Events
-    go only to namespaces the webhook's selectors admit, as the live config says (the gate)."""
+    go only to namespaces the webhook's selectors admit, as the live config says, and only about
+    objects that exist there with the uid the review names (the gates)."""
     if not settings.events:
         return None
     if not (args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST")):
         log.info("events off: no cluster credentials (in a pod, or --kubeconfig)")
         return None
     from app import kube
-    from app.events import NamespaceGate, Recorder
+    from app.events import NamespaceGate, ObjectGate, Recorder
 
     try:
         sender = kube.EventSender(kube.api_client(args.kubeconfig))
@@ -172,8 +173,8 @@ def _recorder(args: argparse.Namespace, settings: ServerSettings, log: logging.L
         log.warning("events off: cannot load cluster credentials: %s", e)
         return None
     instance = os.environ.get("POD_NAME") or socket.gethostname()
-    gate = NamespaceGate(lambda: holder.config, sender.namespace_labels)
-    return Recorder(sender, instance, gate=gate.admits, max_backoff=settings.events_max_backoff_seconds)
+    gates = (NamespaceGate(lambda: holder.config, sender.namespace_labels), ObjectGate(sender.object_uid))
+    return Recorder(sender, instance, gates=gates, max_backoff=settings.events_max_backoff_seconds)
 
 
 def _self_managed(args: argparse.Namespace, settings: ServerSettings) -> Any:

@@ -37,6 +37,9 @@ class Expansion:
     source: str  # `Kind/name`
     pods: list[Obj] = field(default_factory=list)
     note: str = ""  # why it has no pods
+    # A workload (it holds a pod template) that the preview cannot expand: the user's file is
+    # not previewed whole, and the commands say so with their own exit code.
+    unexpanded: bool = False
     # ConfigMaps the controller makes for the pods (name -> data): what their env reads at run time.
     configmaps: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -73,14 +76,30 @@ def expand(
         expander = EXPANDERS.get((group_of(obj), kind))
         if not kind:
             raise ExpandError("an object without kind")
-        if expander is None:  # a Namespace, ConfigMap, Kueue queue...: no pods of its own
-            out.append(
-                Expansion(f"{kind}/{name}", note=f"no pods ({kind} is not a workload the preview knows: {SUPPORTED})")
-            )
+        if expander is None:
+            if _holds_pod_template(obj):  # a Deployment, an MPIJob, an AppWrapper...: pods we cannot show
+                out.append(Expansion(f"{kind}/{name}", unexpanded=True,
+                                     note=f"holds pod templates, but the preview cannot expand kind {kind} yet (it can: {SUPPORTED})"))  # fmt: skip
+            else:  # a Namespace, ConfigMap, Service, Kueue queue...: no pods of its own
+                out.append(Expansion(f"{kind}/{name}", note="not a workload: no pods"))
             continue
         made = volcano.configmaps(obj) if expander is volcano.job else {}
         out.append(Expansion(f"{kind}/{name}", expander(obj), configmaps=made))
     return out
+
+
+def _holds_pod_template(value: object, depth: int = 0) -> bool:
+    """Whether an object holds a pod spec (a dict with a list of containers) anywhere, to 12
+    levels: a Deployment's spec.template, an MPIJob's replica specs, an AppWrapper's components."""
+    if depth > 12:
+        return False
+    if isinstance(value, dict):
+        if isinstance(value.get("containers"), list):
+            return True
+        return any(_holds_pod_template(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_pod_template(v, depth + 1) for v in value)
+    return False
 
 
 __all__ = ["EXPANDERS", "ExpandError", "Expansion", "expand"]

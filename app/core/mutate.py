@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from app.core import inject, launchers, names, profiles, wrap
+from app.core import budget, inject, launchers, names, profiles, wrap
 from app.core.launchers import LauncherInfo
 from app.core.launchers.base import pod_labels
 from app.core.params import STEP_NAMES, InjectConfig, Params
@@ -142,6 +142,18 @@ def _check_names(pod: Obj) -> None:
             raise UnsupportedPod(
                 f"init container name {names.INIT_CONTAINER!r} is hostnet-rdma's and this one is not; rename it"
             )
+    for key in ("containers", "initContainers"):
+        for c in spec.get(key) or []:
+            for m in (c.get("volumeMounts") or []) if isinstance(c, dict) else []:
+                path = m.get("mountPath") if isinstance(m, dict) else None
+                if not isinstance(path, str) or m.get("name") == names.VOL_BIN:
+                    continue
+                path = path.rstrip("/")
+                if path == names.BIN_DIR or path.startswith(names.BIN_DIR + "/"):
+                    raise UnsupportedPod(
+                        f"container {c.get('name')} mounts volume {m.get('name')} at {m['mountPath']}, where "
+                        f"hostnet-rdma puts its torchrun wrapper ({names.BIN_DIR}); mount it elsewhere"
+                    )
     for v in spec.get("volumes") or []:
         if not isinstance(v, dict) or v.get("name") not in _OUR_VOLUMES:
             continue
@@ -196,11 +208,27 @@ def _training_containers(
         return [by_name[info.designated_container]]
     if len(containers) == 1:
         return [0]
+    if names.STATUS_ANNOTATION in ann:
+        # Reinvocation: the container an earlier pass chose as the only one carries what it
+        # added (the wrapper, our mounts), whatever another webhook added since (a sidecar).
+        chosen = [i for i, c in enumerate(containers) if _ours(c)]
+        if chosen:
+            return chosen
     # Never a container by its position: the first is often a sidecar (a proxy, a log shipper).
     raise UnsupportedPod(
         f"cannot tell which of the containers {', '.join(by_name)} runs training (none runs torchrun in its command "
         f"or asks for a GPU or RDMA resource); name it in the annotation {names.ANN_CONTAINERS}"
     )
+
+
+_OUR_MOUNTS = frozenset((names.VOL_BIN, names.VOL_SHM, names.VOL_INFINIBAND))
+
+
+def _ours(container: Obj) -> bool:
+    """A training container of an earlier pass: wrapped, or with one of our volumes mounted."""
+    if wrap.is_wrapped(container):
+        return True
+    return any(isinstance(m, dict) and m.get("name") in _OUR_MOUNTS for m in container.get("volumeMounts") or [])
 
 
 def training_containers(pod: Obj, config: InjectConfig) -> list[str]:
@@ -220,8 +248,27 @@ def _status(params: Params, info: LauncherInfo, profile: str, skipped: dict[str,
     if skipped:
         status["skipped"] = skipped
     if problems:
-        status["problems"] = problems
-    return orjson.dumps(status, option=orjson.OPT_SORT_KEYS).decode()
+        # Bounded (budget.STATUS_BYTES): a problem quotes the pod's own text (an endpoint of
+        # 200 KB made a 270 KB annotation, over the API server's limit for all of them).
+        kept = [_cut(p, budget.PROBLEM_BYTES) for p in problems[: budget.MAX_PROBLEMS]]
+        if len(problems) > budget.MAX_PROBLEMS:
+            kept.append(f"... and {len(problems) - budget.MAX_PROBLEMS} more (the admission warnings)")
+        status["problems"] = kept
+    text = orjson.dumps(status, option=orjson.OPT_SORT_KEYS).decode()
+    if len(text) > budget.STATUS_BYTES:  # long names from a review the API server did not check
+        status = {k: _cut(str(v), 64) if isinstance(v, str) else v for k, v in status.items()}
+        status["problems"] = [_cut(p, 128) for p in status.get("problems", [])[: budget.MAX_PROBLEMS]]
+        text = orjson.dumps(status, option=orjson.OPT_SORT_KEYS).decode()
+    return text
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _annotation_bytes(annotations: dict[str, Any]) -> int:
+    """What the API server counts against its limit on all of a pod's annotations."""
+    return sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
 
 
 def _writable(pod: Obj) -> Obj:
@@ -311,6 +358,12 @@ def mutate(pod: Obj, params: Params) -> Result:
     _check_shape(pod)
     if pod["spec"].get("hostNetwork") is not True:
         return Result(pod=pod, changed=False, reason="not a hostNetwork pod")
+    os_spec = pod["spec"].get("os")
+    if isinstance(os_spec, dict) and os_spec.get("name") == "windows":
+        # The API server refuses privileged, capabilities, allowPrivilegeEscalation and
+        # readOnlyRootFilesystem on Windows pods: what we add would fail the pod's creation.
+        why = "a Windows pod (spec.os.name: windows): RDMA plumbing is for Linux pods; left unchanged"
+        return Result(pod=pod, changed=False, warnings=[why], reason=why)
     label = pod_labels(pod).get(names.INJECT_LABEL)
     if label == names.INJECT_DISABLED:
         # The webhook's objectSelector keeps such pods away; a request that names one anyway
@@ -325,7 +378,7 @@ def mutate(pod: Obj, params: Params) -> Result:
     if names.ANN_RDZV_PORT in ann:
         raw = ann[names.ANN_RDZV_PORT]
         # ASCII digits only: "²".isdigit() is true and int("²") raises.
-        if raw.isascii() and raw.isdigit() and 0 < int(raw) < 65536:
+        if raw.isascii() and raw.isdigit() and len(raw) <= 5 and 0 < int(raw) < 65536:
             port, pinned = int(raw), True
         else:
             warnings.append(f"{names.ANN_RDZV_PORT}={raw!r} is not a port; using {port}")
@@ -371,6 +424,12 @@ def mutate(pod: Obj, params: Params) -> Result:
     if not isinstance(annotations, dict):
         annotations = meta["annotations"] = {}
     annotations[names.STATUS_ANNOTATION] = _status(params, info, profile.name, skipped, ctx.problems)
+    size = _annotation_bytes(annotations)
+    if size > budget.ANNOTATIONS_BYTES:
+        raise UnsupportedPod(
+            f"the pod's annotations would be {size} bytes with hostnet-rdma's status, over the API server's limit of "
+            f"{budget.ANNOTATIONS_BYTES} for all of them; make the pod's own annotations smaller"
+        )
     return Result(
         pod=out,
         changed=out != pod,

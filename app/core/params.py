@@ -174,7 +174,9 @@ class InjectConfig:
     # the pod's effective requests do not grow (the max over init containers, the sum over the
     # others) and a Guaranteed pod stays Guaranteed. Else {requests: {...}, limits: {...}} as given.
     init_resources: dict[str, dict[str, str]] = field(default_factory=dict)
-    rdma_resource_prefixes: tuple[str, ...] = ("rdma/",)
+    # Resources of a fabric's own device plugin: the RDMA shared device plugin (rdma/*) and AWS's
+    # EFA plugin hand the pod its devices, so no hostPath of every device and no privileged.
+    rdma_resource_prefixes: tuple[str, ...] = ("rdma/", "vpc.amazonaws.com/efa")
     # Bounds on one pod's answer: every training container carries the wrapper payload, so a
     # pod with hundreds of them would turn a small request into a huge response.
     max_training_containers: int = 8

@@ -1,26 +1,30 @@
-"""Split an `sh -c` script into words and operators exactly as
-`shlex.shlex(script, posix=True, punctuation_chars=True)` with `whitespace_split = True` does,
-about 10x faster: shlex reads one character per call through a StringIO, and the scripts of
-launcher templates (line continuations, `$(...)`, quotes) made it a third of an admission's
-time. Same quirks on purpose, since the property test compares the two on random scripts:
-`#` starts a comment even inside a word, a backslash-newline outside quotes is a newline word.
-Raises ValueError on an unclosed quote or a trailing backslash, as shlex does.
+"""Split an `sh -c` script into the words and operators the shell reads, as bash does for what
+launchers' manifests and tutorials write (checked against real bash by a differential test):
+blanks (space, tab) separate words; a newline ends a command (an operator word "\\n"); runs of
+`;&|()<>` are operator words; `#` at the start of a word starts a comment; a backslash-newline
+is removed (a line continuation: `torchrun \\` then one flag a line), any other backslash quotes
+the next character; single quotes are literal; inside double quotes a backslash quotes only
+`$`, a backquote, `"`, `\\` and a newline.
+
+Expansions are the shell's at run time: a `$(...)` (nested, with quotes inside), a backquoted
+command, `${...}` and `$VAR` stay in the word as written, so the word reads as decided at run time
+(a `$` in it), never cut at a space or a quote inside them. Raises ValueError on an unclosed
+quote or substitution: the shell would refuse the script too.
 """
 
 from __future__ import annotations
 
 import re
 
-_WS = " \t\r\n"
-_PUNCT = "();<>|&"
-# A run of characters that only extends the current word (state "a" in shlex).
-_WORD_RUN = re.compile(r"[^ \t\r\n#'\"\\();<>|&]+")
-_PUNCT_RUN = re.compile(r"[();<>|&]+")
-_DQ_RUN = re.compile(r'[^"\\]+')
-# Scripts without quotes, escapes or comments: words and punctuation runs, one regex.
-_SPECIAL = re.compile(r"[\"'\\#]")
-_PLAIN = re.compile(r"[();<>|&]+|[^ \t\r\n();<>|&]+")
-
+_BLANKS = " \t"
+_OPERATORS = "();<>|&"
+# Characters that only extend the current word.
+_WORD_RUN = re.compile(r"[^ \t\n#'\"\\();<>|&$`]+")
+_OPERATOR_RUN = re.compile(r"[();<>|&]+")
+_DQ_RUN = re.compile(r'[^"\\$`]+')
+# Scripts without quotes, escapes, expansions or comments: words, operator runs and newlines.
+_SPECIAL = re.compile(r"[\"'\\#$`]")
+_PLAIN = re.compile(r"[();<>|&]+|\n|[^ \t\n();<>|&]+")
 
 # Scripts already split, by their text: every pod of a job carries its template's script, so
 # all but the first are a lookup (the launchers' scripts cost ~10 us to split). Bounded in
@@ -29,6 +33,8 @@ _PLAIN = re.compile(r"[();<>|&]+|[^ \t\r\n();<>|&]+")
 _SPLIT: dict[str, tuple[str, ...]] = {}
 _SPLIT_MAX = 256
 _SPLIT_MAX_LENGTH = 8192
+
+NEWLINE = "\n"  # the operator word of an unquoted newline: the end of a command
 
 
 def split(script: str) -> list[str]:
@@ -44,8 +50,62 @@ def split(script: str) -> list[str]:
 
 
 def _skip_comment(s: str, i: int) -> int:
+    """The index of the newline that ends the comment at i (kept: it ends the command)."""
     end = s.find("\n", i)
-    return len(s) if end < 0 else end + 1
+    return len(s) if end < 0 else end
+
+
+def _closing_quote(s: str, i: int) -> int:
+    """The index after the single-quoted string that starts at i."""
+    end = s.find("'", i + 1)
+    if end < 0:
+        raise ValueError("No closing quotation")
+    return end + 1
+
+
+def _expands_at(s: str, i: int) -> bool:
+    """Whether an expansion the shell runs starts at i: `$(`, `${` or a backquote."""
+    return s[i] == "`" or (s[i] == "$" and i + 1 < len(s) and s[i + 1] in "({")
+
+
+_CLOSERS = {"(": ")", "{": "}"}
+_UNCLOSED = {"(": "No closing parenthesis", "{": "No closing brace", "`": "No closing backquote",
+             '"': "No closing quotation"}  # fmt: skip
+
+
+def _expansion_end(s: str, i: int) -> int:
+    """The index after the expansion that starts at i: `$(...)` (and `$((...))`), `${...}` or a
+    backquoted command, with quotes and expansions nested inside. One pass with a stack of what
+    is open, never a recursion: a tenant's script may nest `$(` 20,000 deep."""
+    n = len(s)
+    stack = ["`"] if s[i] == "`" else [s[i + 1]]
+    j = i + 1 if s[i] == "`" else i + 2
+    while stack:
+        if j >= n:
+            raise ValueError(_UNCLOSED[stack[-1]])
+        c, top = s[j], stack[-1]
+        if c == "\\":
+            j += 2
+        elif top == "`":
+            if c == "`":
+                stack.pop()
+            j += 1
+        elif top != '"' and c == "'":
+            j = _closing_quote(s, j)
+        elif _expands_at(s, j):
+            stack.append("`" if c == "`" else s[j + 1])
+            j += 1 if c == "`" else 2
+        elif top == '"':
+            if c == '"':
+                stack.pop()
+            j += 1
+        else:  # inside ( or {: quotes open, the same bracket nests, its closer closes
+            if c == '"' or c == top:
+                stack.append(c)
+            elif c == _CLOSERS[top]:
+                stack.pop()
+            j += 1
+    return j
 
 
 def _split(s: str) -> list[str]:
@@ -54,74 +114,91 @@ def _split(s: str) -> list[str]:
     i = 0
     while i < n:
         ch = s[i]
-        # Between words (shlex state " ").
-        if ch in _WS:
+        if ch in _BLANKS:
+            i += 1
+            continue
+        if ch == "\n":
+            words.append(NEWLINE)
             i += 1
             continue
         if ch == "#":
             i = _skip_comment(s, i)
             continue
-        if ch in _PUNCT:
-            m = _PUNCT_RUN.match(s, i)
+        if ch == "\\" and s.startswith("\\\n", i):  # a continuation between words
+            i += 2
+            continue
+        if ch in _OPERATORS:
+            m = _OPERATOR_RUN.match(s, i)
             assert m is not None
-            # A punctuation run ends at a comment, which ends the line too.
             words.append(m.group())
             i = m.end()
-            if i < n and s[i] == "#":
-                i = _skip_comment(s, i)
             continue
-        # A word (shlex state "a"): runs, quotes and escapes until whitespace, punctuation or #.
+        # A word: runs, quotes, escapes and expansions until a blank, newline or operator.
         parts: list[str] = []
-        quoted = False
         while i < n:
             ch = s[i]
             if ch == "'":
-                quoted = True
-                end = s.find("'", i + 1)
-                if end < 0:
-                    raise ValueError("No closing quotation")
-                parts.append(s[i + 1 : end])
-                i = end + 1
+                end = _closing_quote(s, i)
+                parts.append(s[i + 1 : end - 1])
+                i = end
             elif ch == '"':
-                quoted = True
-                i += 1
-                while True:
-                    if i >= n:
-                        raise ValueError("No closing quotation")
-                    c = s[i]
-                    if c == '"':
-                        i += 1
-                        break
-                    if c == "\\":
-                        if i + 1 >= n:
-                            raise ValueError("No escaped character")
-                        nxt = s[i + 1]
-                        # Inside double quotes only the quote and the backslash are escaped.
-                        parts.append(nxt if nxt in '"\\' else "\\" + nxt)
-                        i += 2
-                        continue
-                    m = _DQ_RUN.match(s, i)
-                    assert m is not None
-                    parts.append(m.group())
-                    i = m.end()
+                i = _double(s, i, parts)
             elif ch == "\\":
-                if i + 1 >= n:
-                    raise ValueError("No escaped character")
-                parts.append(s[i + 1])
+                if i + 1 >= n:  # a backslash that ends the script is itself, as in bash
+                    parts.append(ch)
+                    i += 1
+                    continue
+                if s[i + 1] != "\n":  # a backslash-newline joins the lines
+                    parts.append(s[i + 1])
                 i += 2
-            elif ch in _WS:
+            elif _expands_at(s, i):
+                end = _expansion_end(s, i)
+                parts.append(s[i:end])
+                i = end
+            elif ch in _BLANKS or ch == "\n" or ch in _OPERATORS:
                 break
-            elif ch == "#":
-                i = _skip_comment(s, i)
-                break
-            elif ch in _PUNCT:
-                break
+            elif ch in "#$":  # inside a word, `#` is a character; a `$` not opening ( or {
+                parts.append(ch)
+                i += 1
             else:
                 m = _WORD_RUN.match(s, i)
                 assert m is not None
                 parts.append(m.group())
                 i = m.end()
-        word = "".join(parts)
-        if word or quoted:
-            words.append(word)
+        words.append("".join(parts))
     return words
+
+
+def _double(s: str, i: int, parts: list[str]) -> int:
+    """Append the double-quoted string at i as the shell reads it; the index after it."""
+    i += 1
+    n = len(s)
+    while True:
+        if i >= n:
+            raise ValueError("No closing quotation")
+        c = s[i]
+        if c == '"':
+            return i + 1
+        if c == "\\":
+            if i + 1 >= n:
+                raise ValueError("No closing quotation")
+            nxt = s[i + 1]
+            if nxt == "\n":
+                pass  # removed
+            elif nxt in '$`"\\':
+                parts.append(nxt)
+            else:
+                parts.append("\\" + nxt)
+            i += 2
+        elif _expands_at(s, i):
+            end = _expansion_end(s, i)
+            parts.append(s[i:end])
+            i = end
+        elif c == "$":
+            parts.append(c)
+            i += 1
+        else:
+            m = _DQ_RUN.match(s, i)
+            assert m is not None
+            parts.append(m.group())
+            i = m.end()

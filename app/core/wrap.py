@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.core import names, shwords
+from app.core import budget, names, shwords
 from app.core.inject import Context, StepOutcome
 from app.core.launchers.base import env_names
 from app.core.podspec import Env, add_mount, add_volume, child, child_list, find_named
@@ -69,11 +69,11 @@ BOOTSTRAP_PATH = names.BIN_DIR + "/" + rules.BOOTSTRAP_FILE
 _BEFORE = frozenset(" \t\r\n/;&|(`\"'")
 _AFTER = frozenset(" \t\r\n;&|)`\"'")
 _MODULE_RUN = re.compile(r"torch\.distributed\.(run|launch)\b")
-# Scripts (`sh -c SCRIPT`) longer than this are not split into words at admission: splitting is
-# linear but interpreted (~0.1 s a MiB) on the one event loop every review shares. Such a
-# container is handled as one whose torchrun arguments are not in its command (a user script):
-# the wrapper still decides at run time; admission only cannot warn about them.
-MAX_ANALYSED_SCRIPT = 64 * 1024
+# Scripts (`sh -c SCRIPT`) and commands longer than this are not split or parsed at admission
+# (budget.ANALYSED_COMMAND_BYTES). Such a container is handled as one whose torchrun arguments
+# are not in its command (a user script): the wrapper still decides at run time; admission only
+# cannot warn about them.
+MAX_ANALYSED_SCRIPT = budget.ANALYSED_COMMAND_BYTES
 
 
 def _parts(cmd: Any) -> tuple[str | None, list[Any]] | None:
@@ -130,7 +130,7 @@ def runs_torch_distributed(container: Obj) -> bool:
 
 
 _SHELLS = ("sh", "bash", "dash", "zsh", "ash", "ksh")
-_SHELL_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;"}
+_SHELL_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", ";;", shwords.NEWLINE}
 _DOLLAR_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -146,6 +146,9 @@ def _tokens(argv: list[str]) -> list[str]:
                 f"its script is {len(argv[2])} bytes, over the {MAX_ANALYSED_SCRIPT} analysed at admission"
             )
         return shwords.split(argv[2])
+    size = sum(len(word) + 1 for word in argv)
+    if size > MAX_ANALYSED_SCRIPT:
+        raise ScriptTooLarge(f"its command is {size} bytes, over the {MAX_ANALYSED_SCRIPT} analysed at admission")
     return argv
 
 
@@ -190,12 +193,19 @@ def _literal_env(c: Obj) -> dict[str, str]:
     if "$(" not in "".join(env.values()):
         return env
     known: dict[str, str] = {}
+    # What the expansion may make in all (budget.ENV_EXPANDED_BYTES; literal values are the
+    # body's own bytes): each value is sized before it is built, so a chain that doubles at each entry stops at the bound, unknown.
+    room = budget.ENV_EXPANDED_BYTES
     for name, value in env.items():  # in order: $(VAR) sees only the variables before it
         if "$(" in value:
             refs = _K8S_REF.findall(value)
             if not all(r in known for r in refs):
                 continue
+            size = len(value) + sum(len(known[r]) - len(r) - 3 for r in refs)
+            if size > room:
+                continue
             value = _K8S_REF.sub(lambda m: known[m.group(1)], value)
+            room -= len(value)
         known[name] = value
     return known
 
@@ -225,28 +235,52 @@ def _endpoint_check(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
         ctx.problem(f"{c.get('name')}: wrapper will refuse: {plan.fatal}")
 
 
-_LOCAL_ADDR_FLAG = re.compile(r"--local[-_]addr(?:=|\s+)(\S+)")
-_IS_HOST_FLAG = re.compile(r"--rdzv[-_]conf(?:=|\s+)\S*is_host")
+def _flag_value(words: list[str], names_: tuple[str, ...]) -> str | None:
+    """The value of the first of these flags in the words (`--flag=v`, `--flag v`, or a word that
+    ends with the flag, as in `"--local-addr=$(hostname)"` inside quotes), else None."""
+    for i, word in enumerate(words):
+        for flag in names_:
+            at = word.find(flag)
+            if at < 0:
+                continue
+            rest = word[at + len(flag) :]
+            if rest.startswith("="):
+                return rest[1:]
+            if not rest and i + 1 < len(words):
+                return words[i + 1]
+    return None
+
+
+def _sets_is_host(words: list[str]) -> bool:
+    """Whether an --rdzv-conf in the command carries is_host. Word by word, each read once: a
+    pattern over the text (`--rdzv-conf`, `=` or spaces, non-spaces, is_host) backtracked over
+    every `--rdzv-conf=` of a word that repeats it (0.3 s per 64 KiB)."""
+    conf = _flag_value(words, ("--rdzv-conf", "--rdzv_conf"))
+    return conf is not None and "is_host" in conf
 
 
 def _leftover_flags(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
     """Flags left from hand-written rendezvous shell, which the webhook now sets: say so at
-    admission (and in the Event); the wrapper checks them at start. Read from the command's
-    text (`$(...)` and line continuations of a script included), bounded in size."""
-    text = " ".join(original_argv(c))
-    if len(text) > MAX_ANALYSED_SCRIPT:
+    admission (and in the Event); the wrapper checks them at start. Read from the words the shell
+    will pass (a script split as bash does: `$(...)` whole, line continuations joined), bounded in
+    size; from the text's blank-separated words where the script does not split."""
+    argv = original_argv(c)
+    if sum(len(word) + 1 for word in argv) > MAX_ANALYSED_SCRIPT:
         return
+    try:
+        words = _tokens(argv)
+    except ValueError:  # unbalanced quotes: the shell will refuse it; still say what is there
+        words = " ".join(argv).split()
     own = owned.get(names.ENV_LOCAL_ADDR, "")
     identities = rules.expand_identities(owned.get(names.ENV_IDENTITIES, "") or own)
-    m = _LOCAL_ADDR_FLAG.search(text)
-    local = m.group(1).strip("'\"") if m else None
+    local = _flag_value(words, ("--local-addr", "--local_addr"))
     if local is not None and own and local.lower().rstrip(".") not in identities:
         ctx.warn(
             f"{c.get('name')}: the command sets --local-addr={local} itself (rendezvous shell the webhook replaces): "
             f"at start the wrapper keeps it only where the other nodes can reach this one at it, and otherwise uses "
             f"{own} (annotate {names.ANN_LOCAL_ADDR}: keep to refuse instead); remove it"
         )
-    if own and _IS_HOST_FLAG.search(text):
+    if own and _sets_is_host(words):
         ctx.warn(
             f"{c.get('name')}: the command sets is_host itself in --rdzv-conf: the wrapper refuses in seconds where it "
             "cannot work (true on a pod the endpoint does not name, false on the one it names); leave it out, the "

@@ -91,13 +91,20 @@ def script() -> str:
     return resources.files("app.e2e").joinpath("train.py").read_text()
 
 
+# How often a job that is still running says what it waits for.
+PROGRESS_SECONDS = 30.0
+
+
 class Follow:
     """One job: submit, poll its pods and logs until it is decided."""
 
     def __init__(self, api: Any, objects: kube.Objects, launcher: str, params: Params, timeout: float,
-                 poll: float) -> None:  # fmt: skip
+                 poll: float, say: Callable[[str], None] | None = None, every: float = PROGRESS_SECONDS) -> None:  # fmt: skip
         self.api, self.objects, self.launcher, self.params = api, objects, launcher, params
         self.timeout, self.poll = timeout, poll
+        # What the job is waiting for, said at least every `every` seconds while it runs (a GPU
+        # job may take 10 minutes: Pending and why, pulling, running, its pods' first lines).
+        self.say, self.every = say, every
         self.name = job_name(launcher)
         self.container = CONTAINERS.get(launcher, "trainer")
         self.result: outcome.Result | None = None
@@ -156,6 +163,7 @@ class Follow:
         state = outcome.Progress("running", "no pods yet")
         pods: list[dict[str, Any]] = []
         logs: dict[str, str] = {}
+        said = t0
         while time.monotonic() - t0 < self.timeout:
             try:
                 pods = kube.list_pods(self.api, self.params.namespace, selector)
@@ -166,6 +174,10 @@ class Follow:
                 state = outcome.progress(pods, logs, self.container, world)
                 if state.state != "running":
                     break
+            now = time.monotonic()
+            if self.say is not None and now - said >= self.every:
+                said = now
+                self.say(f"{self.launcher}: still running after {now - t0:.0f}s: {state.detail}")
             time.sleep(self.poll)
         seconds = time.monotonic() - t0
         if state.state == "completed":
@@ -323,7 +335,7 @@ def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Res
             if version:
                 objects.create(local_queue(namespace, version, opts.cluster_queue))
             objects.create(script_configmap(params, script()))
-            follows = [Follow(api, objects, n, params, opts.timeout, opts.poll) for n in runnable]
+            follows = [Follow(api, objects, n, params, opts.timeout, opts.poll, say) for n in runnable]
             slots = threading.Semaphore(at_once)
             one_by_one = at_once < len(follows)
             threads = [threading.Thread(target=f.run, args=(slots, one_by_one), name=f"e2e-{f.launcher}", daemon=True)

@@ -150,7 +150,7 @@ def shm_bytes(path: str = "/dev/shm") -> Optional[int]:
 def _human(size: int) -> str:
     for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= factor:
-            return f"{size / factor:g} {unit}"
+            return f"{size / factor:.1f}".replace(".0", "") + " " + unit
     return f"{size} B"
 
 

@@ -19,7 +19,6 @@ A CLI flag always wins over its PET_* variable, as in torchrun itself.
 
 from __future__ import annotations
 
-import fnmatch
 import ipaddress
 import re
 from typing import Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -175,13 +174,23 @@ class ArgvError(ValueError):
     """torchrun itself would reject this argv; the wrapper leaves it alone."""
 
 
+# Every prefix of a spelling (as argparse accepts abbreviations) -> the canonical options it
+# may stand for; made once, so resolving one costs a lookup, not a scan of LONG (an argv of
+# 650 k abbreviations cost 2.6 s).
+_PREFIXES: Dict[str, FrozenSet[str]] = {}
+for _spelling, _option in LONG.items():
+    for _end in range(3, len(_spelling) + 1):
+        _PREFIXES[_spelling[:_end]] = _PREFIXES.get(_spelling[:_end], frozenset()) | {_option}
+
+
 def canonical(option: str) -> str:
     """The canonical spelling of a long option, resolving unambiguous prefixes as argparse does."""
-    if option in LONG:
-        return LONG[option]
-    matches = {LONG[o] for o in LONG if o.startswith(option)} if option.startswith("--") and len(option) > 2 else set()
+    found = LONG.get(option)
+    if found is not None:
+        return found
+    matches = _PREFIXES.get(option, frozenset())
     if len(matches) == 1:
-        return matches.pop()
+        return next(iter(matches))
     if matches:
         raise ArgvError(f"ambiguous option {option}")
     raise ArgvError(f"unrecognized option {option}")
@@ -383,25 +392,26 @@ def is_own_endpoint(endpoint: str, identities: Sequence[str]) -> bool:
 def names_a_pod(host: str, identities: Sequence[str], peers: Sequence[str]) -> bool:
     """Whether the endpoint host can be the DNS name of a pod of this job.
 
-    `peers` are glob patterns of the job's pod host names (`job-*`); they may be followed by any
-    suffix this pod's own names have after its host name (`.sub`, `.sub.ns.svc`, ...).
-    Without patterns (a launcher that names no siblings), assume yes.
+    `peers` name the job's pod host names: `job-*` is every name that starts with `job-` (the
+    launchers name a job's pods `<job>-...`), any other is one name. A name may be followed by
+    any suffix this pod's own names have after its host name (`.sub`, `.sub.ns.svc`, ...).
+    Prefixes and names, never glob patterns: a job's name is the tenant's text (a `[`, `?` or
+    `,` in it is a character), and a pattern compiled from it cost seconds and hundreds of MiB.
+    Without peers (a launcher that names no siblings), assume yes.
     """
     if host in identities or not peers or not identities:
         return True
     own_host = identities[0]
-    suffixes = frozenset({i[len(own_host) :] for i in identities if i.startswith(own_host + ".")} | {""})
-    # One regex for every pattern with every suffix, made once per job shape (fnmatchcase per
-    # pair cost ~1 us each at every admission); fnmatch.translate's are anchored. Bounded.
-    key = (tuple(peers), suffixes)
-    if key not in _PEERS:
-        if len(_PEERS) > 255:
-            _PEERS.clear()
-        _PEERS[key] = re.compile("|".join(fnmatch.translate(p + s) for p in peers for s in suffixes))
-    return _PEERS[key].match(host) is not None
-
-
-_PEERS: Dict[Tuple[Tuple[str, ...], FrozenSet[str]], re.Pattern[str]] = {}
+    suffixes = {i[len(own_host) :] for i in identities if i.startswith(own_host + ".")}
+    suffixes.add("")
+    for suffix in suffixes:
+        if not host.endswith(suffix):
+            continue
+        name = host[: len(host) - len(suffix)]
+        for peer in peers:
+            if name.startswith(peer[:-1]) if peer.endswith("*") else name == peer:
+                return True
+    return False
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -421,6 +431,8 @@ def expand_sum(template: str, env: Mapping[str, str]) -> Optional[str]:
     if expanded is None or "+" not in expanded:
         return expanded
     try:
+        if any(len(term.strip()) > 9 for term in expanded.split("+")):
+            return None
         return str(sum(int(term) for term in expanded.split("+")))
     except ValueError:
         return None
@@ -480,10 +492,26 @@ def _normal_ip(address: str) -> str:
         return address.lower()
 
 
+def seconds(value: str, default: float) -> float:
+    """A duration in seconds from the env: a finite number >= 0, else the default (a value set
+    by hand is read, never a traceback)."""
+    try:
+        out = float(value)
+    except ValueError:
+        return default
+    return out if 0 <= out < float("inf") else default
+
+
+def dns_timeout(env: Mapping[str, str]) -> float:
+    default = float(DEFAULTS[ENV_DNS_TIMEOUT])
+    return seconds(env.get(ENV_DNS_TIMEOUT) or "", default)
+
+
 def max_nodes(nnodes: str) -> int:
     """The upper bound of torchrun's --nnodes (`2`, `1:4`); 0 when it is not a number."""
     upper = nnodes.strip().rpartition(":")[2]
-    return int(upper) if upper.isascii() and upper.isdigit() else 0
+    # At most 9 digits: int() of tenant text with thousands raises (and costs its square).
+    return int(upper) if upper.isascii() and upper.isdigit() and len(upper) <= 9 else 0
 
 
 class Plan:
@@ -534,6 +562,8 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
     plan.backend = backend
     if backend == "static":
         plan.endpoint = effective(argv, env, "--master-addr")[0] or ""
+        if effective(argv, env, "--nnodes")[0] is None and env.get(ENV_NNODES) == NNODES_UNKNOWN:
+            plan.fatal = _nnodes_unknown(env)  # static or not, each pod would train alone
         _check_master_addr(argv, env, plan, here)
         return argv.args, plan
 
@@ -553,11 +583,7 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
     several = False  # the job has several pods, whatever torchrun is told
     if nnodes is None and env.get(ENV_NNODES) == NNODES_UNKNOWN:
         several = True
-        plan.fatal = (
-            f"--nnodes not given: this pod is one of a {env.get(ENV_LAUNCHER) or 'multi-pod'} job's several, and "
-            f"torchrun's default (1 node) would train it alone. Pass --nnodes=N or annotate the pod template "
-            f'{ANN_NNODES}: "N"'
-        )
+        plan.fatal = _nnodes_unknown(env)
     elif nnodes is None and env.get(ENV_NNODES):
         template = env[ENV_NNODES]
         nnodes = expand_sum(template, env)
@@ -613,6 +639,14 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
     if backend == "c10d":
         _decide_is_host(argv, env, plan, here, several)
     return argv.args, plan
+
+
+def _nnodes_unknown(env: Mapping[str, str]) -> str:
+    return (
+        f"--nnodes not given: this pod is one of a {env.get(ENV_LAUNCHER) or 'multi-pod'} job's several, and "
+        f"torchrun's default (1 node) would train it alone. Pass --nnodes=N or annotate the pod template "
+        f'{ANN_NNODES}: "N"'
+    )
 
 
 def _decide_is_host(argv: Argv, env: Mapping[str, str], plan: Plan, here: Optional[Here], several: bool) -> None:
@@ -711,8 +745,8 @@ def _check_is_host(
 ) -> None:
     """is_host set by the user (hand-written shell, often `is_host=true` everywhere): refuse what
     cannot work, in seconds, rather than let two stores (or none) wait for each other."""
-    if not host or is_loopback(host) or not identities:
-        return
+    if not host or is_loopback(host) or not identities or "$" in given:
+        return  # a value the shell makes at run time (admission reads the script): judged there
     names_me = host in identities
     if _truthy(given) and not names_me:
         other = ""

@@ -247,7 +247,7 @@ def preflight(plan: rules.Plan, env: Mapping[str, str], interpreter: Optional[st
                 "this image lacks. Install it first: `pip install python-etcd==0.4.5`. "
                 + _see("EtcdStubError: The 'etcd' module is required")
             )
-    timeout = float(env.get(rules.ENV_DNS_TIMEOUT) or rules.DEFAULTS[rules.ENV_DNS_TIMEOUT])
+    timeout = rules.dns_timeout(env)
     if plan.local_addr:
         wait_resolvable(plan.local_addr, timeout, "this pod's DNS name (--local-addr)")
     host = endpoint_host(plan.endpoint) if plan.endpoint else ""
@@ -318,7 +318,7 @@ def log(message: str) -> None:
 def here(env: Mapping[str, str], wait: bool = True) -> rules.Here:
     """This node for the rules: its host name, its interfaces' addresses, and a resolver that
     waits (up to the DNS timeout) for a name to appear, as the DNS preflight does."""
-    timeout = float(env.get(rules.ENV_DNS_TIMEOUT) or rules.DEFAULTS[rules.ENV_DNS_TIMEOUT]) if wait else 0.0
+    timeout = rules.dns_timeout(env) if wait else 0.0
 
     def resolve_waiting(name: str) -> List[str]:
         try:

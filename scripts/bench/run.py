@@ -91,12 +91,14 @@ def wait_tcp(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
 
 
 def loadgen(
-    bin_dir: Path, url: str, ca: Path, body_dir: Path, rate: float, seconds: float, target: str
+    bin_dir: Path, url: str, ca: Path, body_dir: Path, rate: float, seconds: float, target: str, pid: int = 0
 ) -> dict[str, Any]:
+    """One point; with `pid`, also the server's CPU time per admission over the measured run."""
     conns = "64" if rate == 0 else "128"
     out = subprocess.run(
         pin(1, [str(bin_dir / "loadgen"), "-url", url, "-ca", str(ca), "-bodies", str(body_dir), "-rate", str(rate),
-                "-duration", f"{seconds}s", "-warmup", "2s", "-conns", conns, "-target", target]),
+                "-duration", f"{seconds}s", "-warmup", "2s", "-conns", conns, "-target", target,
+                "-pid", str(pid), "-hz", str(os.sysconf("SC_CLK_TCK"))]),
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     for line in out.stderr.splitlines():  # the generator's own warnings (its pacer, not root): once each
@@ -316,9 +318,14 @@ def main() -> int:
     results: dict[str, list[dict[str, Any]]] = {}
 
     def point(name: str, url: str, rate: float) -> dict[str, Any]:
-        r = loadgen(bin_dir, url, work / "tls" / tls.CA_FILE, work / "bodies", rate, args.duration, name)
+        pid = targets[name][1].pid
+        r = loadgen(bin_dir, url, work / "tls" / tls.CA_FILE, work / "bodies", rate, args.duration, name, pid)
         label = "saturation" if rate == 0 else f"{rate:.0f} req/s"
-        late = f"  send delay p99 {r['send_delay_p99_ms']:6.3f} ms" if rate else ""
+        late = (
+            f"  send delay p99 {r['send_delay_p99_ms']:6.3f} ms"
+            if rate
+            else f"  CPU {r['server_cpu_us_per_admission']:6.1f} us/adm"
+        )
         print(f"{name:13s} {label:>11s}: achieved {r['achieved_rps']:8.0f} req/s  p50 {r['p50_ms']:7.3f} ms  "
               f"p99 {r['p99_ms']:7.3f} ms  max {r['max_ms']:8.3f} ms  errors {r['errors']}{late}", file=sys.stderr)  # fmt: skip
         return r
@@ -366,6 +373,17 @@ def main() -> int:
         },
         "machine_stalls_rounds": stalls,
         "ratio_to_go_baseline": round(sat["hostnet-rdma"] / sat["go-baseline"], 3),
+        # The server's own CPU time per admission at saturation (median round), from /proc: what
+        # one review costs, whatever the machine's stalls did to req/s in that round.
+        "cpu_us_per_admission": {name: round(rs[-1]["server_cpu_us_per_admission"], 1) for name, rs in results.items()},
+        "cpu_per_admission_rounds_us": {
+            name: [round(r["server_cpu_us_per_admission"], 1) for r in by_rate[0.0]] for name, by_rate in runs.items()
+        },
+        "cpu_per_admission_ratio_to_go_baseline": round(
+            results["hostnet-rdma"][-1]["server_cpu_us_per_admission"]
+            / results["go-baseline"][-1]["server_cpu_us_per_admission"],
+            3,
+        ),
         "ratio_to_tls_floor": round(sat["hostnet-rdma"] / sat["tls-floor"], 3),
         "ratio_to_python_tls_floor": round(sat["hostnet-rdma"] / sat["python-tls-floor"], 3),
         "python_floor_ratio_to_go_baseline": round(sat["python-tls-floor"] / sat["go-baseline"], 3),

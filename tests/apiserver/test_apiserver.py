@@ -574,10 +574,17 @@ def test_events_reach_the_job_through_the_real_api_server(plane: ControlPlane, k
     ca = tmp_path / "ca.pem"
     ca.write_bytes(hook.ca.cert_pem)
     try:
-        for i, dry in enumerate((False, False, False, True)):
+        # Forged reviews (posted to the webhook, not sent by the API server): the real Job's name
+        # with another uid, and a Job that does not exist. Neither gets an Event.
+        stranger = copy.deepcopy(pod)
+        stranger["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-4000-8000-00000000dead"
+        ghost = copy.deepcopy(pod)
+        ghost["metadata"]["ownerReferences"][0].update(name="no-such-job", uid="00000000-0000-4000-8000-00000000beef")
+        for i, (dry, obj) in enumerate(((False, pod), (False, pod), (False, pod), (True, pod), (False, stranger),
+                                        (False, ghost))):  # fmt: skip
             review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                       "request": {"uid": f"ev-{i}", "operation": "CREATE", "namespace": ON, "dryRun": dry,
-                                  "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": pod}}  # fmt: skip
+                                  "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": obj}}  # fmt: skip
             r = httpx.post(hook.url, json=review, verify=str(ca), timeout=10)
             assert r.status_code == 200 and r.json()["response"]["allowed"], r.text
             if i == 0:
@@ -592,6 +599,8 @@ def test_events_reach_the_job_through_the_real_api_server(plane: ControlPlane, k
             time.sleep(0.5)
         events = kube.ok("GET", f"/apis/events.k8s.io/v1/namespaces/{ON}/events")["items"]
         ours = [e for e in events if e.get("regarding", {}).get("uid") == uid]
+        forgeries = [e for e in events if e.get("regarding", {}).get("uid", "").startswith("00000000-0000-4000-8000")]
+        assert not forgeries, forgeries
         assert {e["reason"] for e in ours} == {"Injected", "NodeCountUnknown"}, (
             ours,
             hook.log and hook.log.read_text(),

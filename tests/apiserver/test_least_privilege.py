@@ -100,5 +100,11 @@ def test_service_account_may_change_only_its_ca_bundle_and_its_secret(
     # are not listed, watched or changed.
     assert sa.get("/api/v1/namespaces/default").status_code == 200
     assert sa.get("/api/v1/namespaces").status_code == 403
+    # A job is read by name (Events only about a job that exists with the review's uid); jobs are
+    # not listed, watched or changed.
+    assert sa.get("/apis/batch/v1/namespaces/default/jobs/no-such-job").status_code == 404
+    assert sa.get("/apis/batch/v1/namespaces/default/jobs").status_code == 403
+    assert sa.get("/apis/apps/v1/namespaces/default/statefulsets/no-such-set").status_code == 404
+    assert sa.delete("/apis/batch/v1/namespaces/default/jobs/no-such-job").status_code == 403
     assert json_patch(sa, "/api/v1/namespaces/default", [{"op": "add", "path": "/metadata/labels/x", "value": "y"}]
                       ).status_code == 403  # fmt: skip

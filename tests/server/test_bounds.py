@@ -103,3 +103,54 @@ def test_connections_over_the_bound_are_closed_and_reviews_still_pass(bounded: S
         r = post(c, review())
         assert r.status_code == 200 and r.json()["response"]["allowed"] is True
     assert "closing new connections: 21 open, over the bound of 20" in bounded.log.read_text()
+
+
+# ---------------------------------------------------------------- memory across requests
+
+
+def _vm_hwm(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+
+CHART_MEMORY_LIMIT = 256 << 20  # charts/hostnet-rdma/values.yaml, resources.limits.memory
+
+
+def test_a_burst_of_the_largest_reviews_stays_under_the_charts_memory_limit(tmp_path: Path) -> None:
+    """Twelve reviews of 6.9 MiB at once (many short strings: ~6x their bytes once parsed) took
+    the server to 296 MiB (the chart's limit is 256): bodies read and held before their turn.
+    Bodies held at once are now bounded (settings max_held_body_bytes); every review is answered."""
+    import asyncio
+    import json
+
+    import httpx
+
+    from tests.server.test_server import POD
+
+    pod = json.loads(json.dumps(POD))
+    container = pod["spec"]["containers"][0]
+    base = len(json.dumps(review(pod)))
+    entry = len(json.dumps({"name": "E100000", "value": "v"})) + 2
+    container["env"] = [{"name": f"E{100_000 + i}", "value": "v"} for i in range((int(6.9 * 2**20) - base) // entry)]
+    body = json.dumps(review(pod)).encode()
+    assert 6.8 * 2**20 < len(body) < 7 * 2**20
+    s = start_server(tmp_path)
+    try:
+        before = _vm_hwm(s.proc.pid)
+
+        async def burst() -> list[int]:
+            async with httpx.AsyncClient(base_url=s.url, verify=s.trust(), timeout=300) as c:
+
+                async def one() -> int:
+                    r = await c.post("/mutate", content=body, headers={"content-type": "application/json"})
+                    return r.status_code if r.json()["response"]["allowed"] else -1
+
+                return list(await asyncio.gather(*(one() for _ in range(12))))
+
+        assert asyncio.run(burst()) == [200] * 12
+        peak = _vm_hwm(s.proc.pid)
+    finally:
+        s.proc.terminate()
+        s.proc.wait(timeout=10)
+    print(f"server RSS peak {peak >> 20} MiB (at start {before >> 20} MiB)")
+    assert peak < CHART_MEMORY_LIMIT, f"{peak >> 20} MiB at peak"

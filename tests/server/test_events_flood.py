@@ -38,7 +38,8 @@ RSS_BOUND_MIB = 64  # what the server may grow by while flooded (its recorder ho
 
 
 class StandIn(ThreadingHTTPServer):
-    """The API server, as far as Events need it: namespaces (GET) and events (POST, PATCH). While
+    """The API server, as far as Events need it: namespaces and one JobSet (GET), events (POST,
+    PATCH). While
     `black_hole` is set, a request is accepted and never answered."""
 
     daemon_threads = True
@@ -79,7 +80,11 @@ class Handler(BaseHTTPRequestHandler):
         if self._hold():
             return
         m = re.fullmatch(r"/api/v1/namespaces/([^/]+)", self.path.split("?")[0])
-        if m and m.group(1) in LABELLED:
+        job = re.fullmatch(r"/apis/jobset.x-k8s.io/v1alpha2/namespaces/([^/]+)/jobsets/js", self.path.split("?")[0])
+        if job:  # the one JobSet there is: the flood's other uids name no real object
+            self._answer(200, {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                               "metadata": {"name": "js", "namespace": job.group(1), "uid": "uid-000000"}})  # fmt: skip
+        elif m and m.group(1) in LABELLED:
             self._answer(200, {"apiVersion": "v1", "kind": "Namespace",
                                "metadata": {"name": m.group(1), "labels": LABELLED[m.group(1)]}})  # fmt: skip
         else:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from app.core import budget
 
 Pod = dict[str, Any]
 
@@ -176,3 +179,16 @@ def env_literal(pod: Pod, key: str) -> str | None:
 def hostname_and_subdomain(pod: Pod) -> tuple[str, str]:
     s = spec(pod)
     return str(s.get("hostname") or ""), str(s.get("subdomain") or "")
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def dns_name(value: str) -> str:
+    """A name taken from the pod (a job's, from a label, annotation or owner reference) as the
+    rendezvous defaults and peer patterns may use it: a DNS subdomain (what the API server allows
+    for object names), else "" (it names no pod). A tenant chooses these names, and a review
+    need not come from the API server: never a pattern, never longer than budget.NAME_BYTES."""
+    if len(value) > budget.NAME_BYTES or not _DNS_SUBDOMAIN.fullmatch(value):
+        return ""
+    return value

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.launchers.base import LauncherInfo, Pod, hostname_and_subdomain, name, owner, pod_labels
+from app.core.launchers.base import LauncherInfo, Pod, dns_name, hostname_and_subdomain, name, owner, pod_labels
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
@@ -11,6 +11,7 @@ STS_POD_NAME = "statefulset.kubernetes.io/pod-name"
 
 def _peers(job: str) -> tuple[str, ...]:
     """Indexed Job pods are `<job>-<index>`, StatefulSet pods `<sts>-<ordinal>`."""
+    job = dns_name(job)
     return (f"{job}-*",) if job else ()
 
 

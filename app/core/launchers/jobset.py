@@ -13,6 +13,7 @@ from app.core.launchers.base import (
     LauncherInfo,
     Pod,
     containers,
+    dns_name,
     hostname_and_subdomain,
     pod_annotations,
     pod_labels,
@@ -26,7 +27,7 @@ REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 def _jobset(pod: Pod) -> tuple[str, str]:
     lab, ann = pod_labels(pod), pod_annotations(pod)
     return (
-        lab.get(JOBSET_NAME) or ann.get(JOBSET_NAME) or "",
+        dns_name(lab.get(JOBSET_NAME) or ann.get(JOBSET_NAME) or ""),
         lab.get(JOBSET_UID) or ann.get(JOBSET_UID) or "",
     )
 
@@ -77,7 +78,7 @@ class JobSet:
         # the JobSet's other replicated jobs; users with several pass --rdzv-endpoint).
         js = _jobset(pod)[0]
         lab, ann = pod_labels(pod), pod_annotations(pod)
-        rjob = lab.get(REPLICATED_JOB) or ann.get(REPLICATED_JOB) or ""
+        rjob = dns_name(lab.get(REPLICATED_JOB) or ann.get(REPLICATED_JOB) or "")
         subdomain = hostname_and_subdomain(pod)[1] or js
         endpoint = f"{js}-{rjob}-0-0.{subdomain}:{rdzv_port}" if js and rjob else ""
         return _info(self.name, pod, endpoint=endpoint)

@@ -9,7 +9,7 @@ differ, and pods have no UID yet), which matters only for etcd backends (c10d ke
 
 from __future__ import annotations
 
-from app.core.launchers.base import LauncherInfo, Pod, hostname_and_subdomain, name, pod_labels
+from app.core.launchers.base import LauncherInfo, Pod, dns_name, hostname_and_subdomain, name, pod_labels
 
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
@@ -24,7 +24,7 @@ class LeaderWorkerSet:
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
         lab = pod_labels(pod)
-        lws = lab[LWS_NAME]
+        lws = dns_name(lab[LWS_NAME])
         hostname, subdomain = hostname_and_subdomain(pod)
         hostname = hostname or name(pod)
         subdomain = subdomain or lws
@@ -39,5 +39,5 @@ class LeaderWorkerSet:
             rdzv_backend="c10d",
             rdzv_id=lab.get(GROUP_KEY) or (f"{lws}-{group}" if group else ""),
             nnodes="${LWS_GROUP_SIZE}",
-            peers=(f"{lws}-*",),
+            peers=(f"{lws}-*",) if lws else (),
         )

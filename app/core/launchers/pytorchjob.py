@@ -10,7 +10,7 @@ Without elasticPolicy it sets MASTER_ADDR (static rendezvous): nothing to fix bu
 
 from __future__ import annotations
 
-from app.core.launchers.base import LauncherInfo, Pod, name, owner, pod_labels
+from app.core.launchers.base import LauncherInfo, Pod, dns_name, name, owner, pod_labels
 
 JOB_NAME = "training.kubeflow.org/job-name"
 OPERATOR = "training.kubeflow.org/operator-name"
@@ -27,7 +27,7 @@ class PyTorchJob:
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
         ref = owner(pod, "kubeflow.org", "PyTorchJob") or {}
-        job = pod_labels(pod).get(JOB_NAME) or str(ref.get("name") or "")
+        job = dns_name(pod_labels(pod).get(JOB_NAME) or str(ref.get("name") or ""))
         pod_name = name(pod)
         return LauncherInfo(
             launcher=self.name,

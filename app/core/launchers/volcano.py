@@ -3,6 +3,8 @@
 At CREATE the svc plugin has set hostname=<pod>, subdomain=<job>, and added
 VC_<TASK>_HOSTS / VC_<TASK>_NUM as configMapKeyRef env (values exist only at run time).
 The rendezvous id is the Job's UID (its PodGroup name `<job>-<uid>` when the pod names no owner).
+The store (without the pytorch plugin) is on index 0 of the `master` task, else of the job's
+first task by name: one store per job whatever its tasks are called.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import re
 from app.core.launchers.base import (
     LauncherInfo,
     Pod,
+    dns_name,
     env_literal,
     env_names,
     hostname_and_subdomain,
@@ -37,8 +40,8 @@ class Volcano:
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
         lab, ann = pod_labels(pod), pod_annotations(pod)
         ref = owner(pod, "batch.volcano.sh", "Job") or {}
-        job = lab.get(JOB_NAME) or ann.get(JOB_NAME) or str(ref.get("name") or "")
-        task = lab.get(TASK_SPEC) or ann.get(TASK_SPEC) or ""
+        job = dns_name(lab.get(JOB_NAME) or ann.get(JOB_NAME) or str(ref.get("name") or ""))
+        task = dns_name(lab.get(TASK_SPEC) or ann.get(TASK_SPEC) or "")
         hostname, subdomain = hostname_and_subdomain(pod)
         hostname = hostname or name(pod)
         subdomain = subdomain or job
@@ -53,11 +56,15 @@ class Volcano:
             port = env_literal(pod, "MASTER_PORT") or str(rdzv_port)
             endpoint, nnodes = f"{master_addr}:{port}", world_size
         else:
-            # The store lives on master-0 when the job has a `master` task, else on index 0 of
-            # this pod's own task; every training task counts (master+worker when present).
-            store_task = "master" if "MASTER" in tasks else task
-            endpoint = f"{job}-{store_task}-0.{job}:{rdzv_port}" if job and store_task else ""
+            # Every training task counts (master and worker when there are, so a sidecar task such
+            # as tensorboard does not). The store lives on index 0 of the first counted task by
+            # name (master before worker): a choice every pod of the job makes alike, as the svc
+            # plugin gives each pod every task's VC_<TASK>_NUM. Index 0 of each pod's own task made
+            # one store per task for `launcher` + `trainer`, each waiting for every node: a hang.
+            # Task names are DNS labels, so VC_<TASK> gives the name back (upper case, `-` as `_`).
             counted = [t for t in tasks if t in ("MASTER", "WORKER")] or tasks
+            store_task = dns_name(counted[0].lower().replace("_", "-")) if counted else task
+            endpoint = f"{job}-{store_task}-0.{job}:{rdzv_port}" if job and store_task else ""
             nnodes = "+".join(f"${{VC_{t}_NUM}}" for t in counted)
         return LauncherInfo(
             launcher=self.name,

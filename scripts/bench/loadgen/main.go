@@ -7,7 +7,10 @@
 // wake in whole milliseconds when nothing else is due (epoll's timeout), which made every
 // request ~0.5 ms late before it was sent, a delay charged to every target alike. How late
 // each request really started is reported beside its latency (send_delay_*). Saturation
-// (-rate 0): -conns clients send back to back. Prints one JSON object.
+// (-rate 0): -conns clients send back to back. With -pid, the target process's CPU time over the
+// measured run (from /proc, user + system, all its threads) divided by the admissions answered:
+// what one admission costs the server, a figure the machine's stalls do not move as they move
+// req/s. Prints one JSON object.
 package main
 
 import (
@@ -22,6 +25,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +50,25 @@ type result struct {
 	SendDelayP50 *float64 `json:"send_delay_p50_ms,omitempty"`
 	SendDelayP99 *float64 `json:"send_delay_p99_ms,omitempty"`
 	SendDelayMax *float64 `json:"send_delay_max_ms,omitempty"`
+	// With -pid: the server's CPU seconds over the measured run, and per admission answered.
+	ServerCPU         *float64 `json:"server_cpu_s,omitempty"`
+	CPUPerAdmissionUs *float64 `json:"server_cpu_us_per_admission,omitempty"`
+}
+
+// cpuSeconds is a process's user + system CPU time, all threads, from /proc/PID/stat.
+func cpuSeconds(pid int, hz float64) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: count the fields after its closing paren.
+	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	utime, err1 := strconv.ParseFloat(fields[11], 64) // field 14 of the line
+	stime, err2 := strconv.ParseFloat(fields[12], 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("cannot read the CPU time of %d", pid)
+	}
+	return (utime + stime) / hz, nil
 }
 
 func main() {
@@ -56,6 +80,8 @@ func main() {
 	conns := flag.Int("conns", 32, "concurrent keep-alive connections")
 	bodies := flag.String("bodies", "", "directory of AdmissionReview JSON files, sent round robin")
 	target := flag.String("target", "", "label for the output")
+	pid := flag.Int("pid", 0, "the target server's process: report its CPU time per admission")
+	hz := flag.Float64("hz", 100, "clock ticks per second of /proc's CPU times (getconf CLK_TCK)")
 	flag.Parse()
 
 	pool := x509.NewCertPool()
@@ -170,8 +196,21 @@ func main() {
 		return time.Since(start)
 	}
 
+	serverCPU := func() float64 {
+		if *pid <= 0 {
+			return 0
+		}
+		seconds, err := cpuSeconds(*pid, *hz)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		return seconds
+	}
 	run(*warmup, false)
+	cpu0 := serverCPU()
 	elapsed := run(*duration, true)
+	cpu1 := serverCPU()
 	sort.Float64s(lat)
 	sort.Float64s(delay)
 	pct := func(xs []float64, p float64) float64 {
@@ -186,6 +225,11 @@ func main() {
 	if *rate > 0 {
 		p50, p99, top := pct(delay, 0.50), pct(delay, 0.99), pct(delay, 1.0)
 		r.SendDelayP50, r.SendDelayP99, r.SendDelayMax = &p50, &p99, &top
+	}
+	if *pid > 0 && ok > 0 {
+		used := cpu1 - cpu0
+		perAdmission := used / float64(ok) * 1e6
+		r.ServerCPU, r.CPUPerAdmissionUs = &used, &perAdmission
 	}
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))

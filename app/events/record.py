@@ -1,0 +1,198 @@
+"""What one admission tells the Events recorder, and what an Event says: who it is about (the
+job the user created), its reason, and its note. Made on the event loop: small, bounded.
+
+A review need not come from the API server (anyone who reaches the Service can post one), so
+nothing of the review's free text reaches an Event: a note is our own sentence for its reason
+(NOTES) and names that are DNS names of bounded length (the pod; the job, once app.events.gates
+has found it exists with that uid). The warnings' own text goes back to the pod's creator in
+the admission response and, for what stops a job, into the pod's status annotation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+NOTE_MAX = 1024  # the API server rejects longer notes
+# Bounds on what one admission hands the recorder.
+MAX_WARNINGS = 12  # more than there are reasons: one note per reason is all an Event shows
+FIELD_MAX = 253  # names, kinds, API versions (DNS subdomain length)
+UID_MAX = 128
+
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
+
+# Warning text -> reason, first match wins. Reasons are a contract (users filter on them:
+# `kubectl get events --field-selector reason=NodeCountUnknown`); docs/configuration.md lists them.
+REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), reason)
+    for pattern, reason in (
+        (r"the command sets (--local-addr|is_host)|--local-addr .* replaced", "LeftoverFlag"),
+        (r"--nnodes not given", "NodeCountUnknown"),
+        (r"is loopback, but the job runs on several nodes", "LoopbackEndpoint"),
+        (r"names no pod|does not resolve on this node", "EndpointNamesNoPod"),
+        (r"no command \(its image entrypoint|torchrun is not wrapped|no stable DNS name", "TorchrunNotWrapped"),
+        (r"/dev/shm will be capped", "ShmCappedByMemoryLimit"),
+        (r"privileged: false kept|not made privileged|capability not added", "PrivilegeKept"),
+        (r"envFrom values are invisible", "EnvFromOverridden"),
+        (r"dnsPolicy Default kept", "DnsPolicyKept"),
+        (r"^pod left unchanged", "PodLeftUnchanged"),
+        (r"annotation|unknown NCCL profile|names unknown|is not a port", "AnnotationIgnored"),
+    )
+)
+FALLBACK_REASON = "Warning"
+
+# What an Event of each reason says: ours, never the review's. The pod's admission warning (its
+# creator, the controller, gets it) and `hostnet-rdma explain POD` say which container and flag.
+NOTES = {
+    "LeftoverFlag": "the command sets --local-addr or is_host itself (hand-written rendezvous shell): the wrapper "
+    "replaces or refuses it at start; remove it, the webhook sets both on each pod",
+    "NodeCountUnknown": "--nnodes not given for a job of several pods: torchrun's default (1 node) would train each "
+    "pod alone, so the wrapper refuses to start. Pass --nnodes=N or annotate the pod template hostnet-rdma.io/nnodes",
+    "LoopbackEndpoint": "the rendezvous endpoint is loopback, but the job runs on several nodes: the wrapper refuses "
+    "to start. Point --rdzv-endpoint at the DNS name of one pod of the job",
+    "EndpointNamesNoPod": "the rendezvous endpoint names no pod of this job (an IP address, a node name, a "
+    "Service): decided by address in each pod; use the DNS name of one pod of the job",
+    "TorchrunNotWrapped": "torchrun is not wrapped (no command, so the image entrypoint runs; or no stable DNS name "
+    "for the pod): no preflight checks, and what admission could not set is left to torchrun",
+    "ShmCappedByMemoryLimit": "/dev/shm will be capped by the pod's memory limit, below the size asked for",
+    "PrivilegeKept": "privileged: false, allowPrivilegeEscalation: false or a dropped capability was kept as set: "
+    "RDMA may not work in this pod",
+    "EnvFromOverridden": "envFrom values are invisible at admission: the profile's NCCL env wins over them",
+    "DnsPolicyKept": "dnsPolicy Default kept: the pods' DNS names will not resolve, and the rendezvous cannot form",
+    "PodLeftUnchanged": "the pod could not be handled safely and was admitted unchanged, without the RDMA plumbing",
+    "AnnotationIgnored": "a hostnet-rdma.io/ annotation has a value that is not understood; it was ignored",
+    FALLBACK_REASON: "an admission warning",
+}
+
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def dns_name(value: Any) -> str:
+    """A name from the review as an Event may carry it: a DNS subdomain (what object names
+    are), else "" (a review the API server did not send may say anything)."""
+    return value if isinstance(value, str) and _DNS_NAME.fullmatch(value) else ""
+
+
+def reason_of(warning: str) -> str:
+    for pattern, reason in REASONS:
+        if pattern.search(warning):
+            return reason
+    return FALLBACK_REASON
+
+
+@dataclass(frozen=True)
+class Regarding:
+    """The object an Event is about: what `kubectl describe` matches (kind, name, uid)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    namespace: str
+
+    def ref(self) -> dict[str, str]:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid,
+                "namespace": self.namespace}  # fmt: skip
+
+
+def regarding(pod: dict[str, Any], namespace: str) -> Regarding | None:
+    """The job the user created, as far as the pod shows it: a JobSet's pods name it in their
+    labels (their owner is one of its Jobs); otherwise the pod's controller. None for a pod
+    with no owner: its creator gets the admission warnings directly."""
+    meta = pod.get("metadata")
+    return regarding_of(meta if isinstance(meta, dict) else {}, namespace)
+
+
+def regarding_of(meta: dict[str, Any], namespace: str) -> Regarding | None:
+    """regarding() from the pod's metadata. Names that are no DNS names name nothing."""
+    labels = meta.get("labels")
+    labels = labels if isinstance(labels, dict) else {}
+    if labels.get(JOBSET_NAME) and labels.get(JOBSET_UID):
+        name = dns_name(labels[JOBSET_NAME])
+        return Regarding("jobset.x-k8s.io/v1alpha2", "JobSet", name, str(labels[JOBSET_UID])[:UID_MAX],
+                         namespace[:FIELD_MAX]) if name else None  # fmt: skip
+    refs = meta.get("ownerReferences")
+    refs = [r for r in refs if isinstance(r, dict)] if isinstance(refs, list) else []
+    ref = next((r for r in refs if r.get("controller") is True), refs[0] if refs else None)
+    if ref is None or not all(
+        isinstance(ref.get(k), str) and ref.get(k) for k in ("apiVersion", "kind", "name", "uid")
+    ):
+        return None
+    name = dns_name(ref["name"])
+    if not name:
+        return None
+    return Regarding(str(ref["apiVersion"])[:FIELD_MAX], str(ref["kind"])[:FIELD_MAX], name,
+                     str(ref["uid"])[:UID_MAX], namespace[:FIELD_MAX])  # fmt: skip
+
+
+class Admission(NamedTuple):
+    """What one admission tells the recorder: a small record of bounded size (never the pod's
+    metadata), made on the event loop by admission(). The warnings' text is kept only to find
+    their reasons, off the admission path; no Event carries it."""
+
+    regarding: Regarding
+    launcher: str
+    version: str
+    mutated: bool
+    applied: tuple[str, ...]
+    profile: str
+    warnings: tuple[str, ...]
+    pod: str = ""
+
+
+def admission(
+    metadata: dict[str, Any],
+    namespace: str,
+    launcher: str,
+    version: str,
+    mutated: bool,
+    applied: Sequence[str],
+    profile: str,
+    warnings: Sequence[str],
+) -> Admission | None:
+    """The record of one admission, None when no job owns the pod (its creator gets the
+    admission warnings directly: nothing to record)."""
+    about = regarding_of(metadata, namespace)
+    if about is None:
+        return None
+    pod = dns_name(metadata.get("name")) or dns_name(metadata.get("generateName"))
+    return Admission(about, launcher[:64], version[:64], mutated, tuple(a[:64] for a in applied[:16]),
+                     profile[:FIELD_MAX], tuple(w[:NOTE_MAX] for w in warnings[:MAX_WARNINGS]), pod)  # fmt: skip
+
+
+def size_of(a: Admission) -> int:
+    """What a record holds, in bytes as far as it matters (its strings), plus its objects."""
+    r = a.regarding
+    strings = (r.api_version, r.kind, r.name, r.uid, r.namespace, a.launcher, a.version, a.profile, *a.applied,
+               *a.warnings, a.pod)  # fmt: skip
+    return 400 + sum(len(x) for x in strings)
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    regarding: Regarding
+    reason: str
+    type: str  # Normal | Warning
+    note: str
+
+
+def occurrences(a: Admission) -> list[Occurrence]:
+    about = a.regarding
+    out: list[Occurrence] = []
+    if a.mutated:
+        steps = ", ".join(f"{s} (profile {a.profile})" if s == "nccl-env" else s for s in a.applied)
+        out.append(Occurrence(about, "Injected", "Normal",
+                              f"hostnet-rdma {a.version}, launcher {a.launcher}: {steps or 'no step'}"))  # fmt: skip
+    seen: set[str] = set()
+    for w in a.warnings:
+        reason = reason_of(w)
+        if reason not in seen:  # one per kind a pod
+            seen.add(reason)
+            where = (
+                f" (first seen on pod {a.pod}: `hostnet-rdma explain` it for the container and flag)" if a.pod else ""
+            )
+            out.append(Occurrence(about, reason, "Warning", (NOTES[reason] + where)[:NOTE_MAX]))
+    return out
