@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from app.wrapper.fabric import Transport
+from app.wrapper.fabric import STALL, Transport, unfinished
 
 TROUBLESHOOTING = 'hostnet-rdma\'s docs/troubleshooting.md, "NCCL uses sockets, or no GDRDMA"'
 
@@ -52,6 +52,18 @@ def expected_devices(nccl_ib_hca: str | None) -> set[str] | None:
 
 def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = True) -> Report:
     report = Report()
+    pending = unfinished(log)
+    if pending:
+        # NCCL's start-up never finished: what follows (transport, channels) was never decided.
+        stalled = next((ln[len(STALL) :] for ln in log.splitlines() if ln.startswith(STALL)), "")
+        report.checks.append(Check(
+            "start-up", False, f"{len(pending)} NCCL communicator(s) logged Init START and no Init COMPLETE"
+            + (f"; the wrapper: {stalled}" if stalled else ""),
+            "NCCL's start-up exchange never finished: most often a hop that drops large frames (NCCL's first "
+            "messages are larger than a handshake) or a peer that never started. The wrapper probes the path "
+            "once a start-up stalls (HOSTNET_RDMA_NCCL_STALL_SECONDS, 60 s); hostnet-rdma doctor --between "
+            "NODE_A,NODE_B checks it from the cluster",
+        ))  # fmt: skip
     t = Transport(log)  # NCCL's INFO lines, else the wrapper's transport line
     said = " (the wrapper's transport line)" if t.from_wrapper else ""
     if not t.network:

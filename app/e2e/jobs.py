@@ -55,6 +55,9 @@ class Params:
     # short for the job, so a message that never arrives fails in seconds, not 7 x 17 s.
     sweep_bound: int = 10
     sweep_only: bool = False
+    # With NCCL: seconds after a communicator's `Init START` without `Init COMPLETE` before the
+    # wrapper probes the path and says what stalled (its line ends the job's row, not a time-out).
+    stall_seconds: int = 20
     # Run on exactly these nodes (one pod each): `doctor --between A,B`.
     on_nodes: tuple[str, ...] = ()
 
@@ -94,6 +97,7 @@ def _env(p: Params) -> list[dict[str, str]]:
             # A lost message fails in ~0.1 s x 3 tries, not the profile's 17 s x 7.
             {"name": "NCCL_IB_TIMEOUT", "value": "14"},
             {"name": "NCCL_IB_RETRY_CNT", "value": "2"},
+            {"name": "HOSTNET_RDMA_NCCL_STALL_SECONDS", "value": str(p.stall_seconds)},
         ]
     if p.host_paths:
         env.append({"name": "PYTHONPATH", "value": ":".join(_host_mount(i) for i in range(len(p.host_paths)))})

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.verify import expected_devices, verify
+from app.wrapper.fabric import STALL
 
 # The lines app/e2e/train.py prints (it imports nothing of ours: it runs in the user's image).
 OK, FAIL, SWEEP = "HOSTNET-RDMA-E2E-OK", "HOSTNET-RDMA-E2E-FAIL", "HOSTNET-RDMA-E2E-SWEEP"
@@ -23,6 +24,9 @@ _SWEEP_LINE = re.compile(rf"^{SWEEP} from=(\S+) to=(\S+) largest_ok=(\d+) first_
 _OK_LINE = re.compile(rf"^{OK} rank=(\d+) world=(\d+) node=(\S+) backend=(\S+) busbw_gbps=([\d.]+)", re.M)
 _FAIL_LINE = re.compile(rf"^{FAIL} .*$", re.M)
 _WRAPPER = re.compile(r"^hostnet-rdma: (launcher=.*)$", re.M)
+# The wrapper's line when an NCCL communicator's start-up stalls (app/wrapper/torchrun.py).
+_STALL = re.compile(rf"^hostnet-rdma: warning: ({re.escape(STALL[len('hostnet-rdma: warning: ') :])}.*)$", re.M)
+_STALL_PATH = re.compile(r"Path to (\S+) on (\S+): packets of up to (\d+) B cross, (\d+) B do not")
 # Waiting reasons that no amount of waiting fixes. A pull that fails (ErrImagePull,
 # ImagePullBackOff) may be a registry hiccup: it is shown when the job times out instead.
 _BAD_WAIT = ("ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError")
@@ -101,6 +105,11 @@ def progress(pods: Sequence[Mapping[str, Any]], logs: Mapping[str, str], contain
         text = logs.get(name, "")
         if _FAIL_LINE.search(text):
             return Progress("failed", f"{name}: {_FAIL_LINE.search(text).group(0)}")  # type: ignore[union-attr]
+        stalled = _STALL.search(text)
+        if stalled:  # the wrapper keeps waiting (a user's job may be slow); an e2e job is not
+            node = (pod.get("spec") or {}).get("nodeName")
+            said = stalled.group(1).removesuffix(" Still waiting, not stopping the job.")
+            return Progress("failed", f"{name}{' on ' + node if node else ''}: {said}")
         if status is not None:
             bad = _terminated_badly(status)
             if bad is not None:
@@ -197,7 +206,7 @@ def judge(
 
 def human(size: int) -> str:
     for unit, factor in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= factor:
+        if size >= factor and size % (factor // 4) == 0:
             return f"{size / factor:g} {unit}"
     return f"{size} B"
 
@@ -209,10 +218,32 @@ def sweeps(logs: Mapping[str, str]) -> list[tuple[str, str, int, str, float]]:
     ]
 
 
-def path_verdict(logs: Mapping[str, str]) -> str:
+def node_of(pods: Sequence[Mapping[str, Any]], address: str) -> str:
+    """The node a host-network pod's address belongs to (its host IP), else the address."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        ips = {status.get("hostIP"), *(x.get("ip") for x in status.get("hostIPs") or [])}
+        if address in ips and (pod.get("spec") or {}).get("nodeName"):
+            return str(pod["spec"]["nodeName"])
+    return address
+
+
+def stall_path(pods: Sequence[Mapping[str, Any]], logs: Mapping[str, str]) -> str:
+    """The PATH cell from the wrapper's stall line: the size that no longer crosses, between
+    which nodes, on which interface."""
+    for pod in pods:
+        stalled = _STALL_PATH.search(logs.get(pod["metadata"]["name"], ""))
+        if stalled:
+            peer, iface, ok, lost = stalled.groups()
+            here = (pod.get("spec") or {}).get("nodeName") or pod["metadata"]["name"]
+            return f"{human(int(lost))} lost {here}->{node_of(pods, peer)} on {iface} ({human(int(ok))} ok)"
+    return ""
+
+
+def path_verdict(logs: Mapping[str, str], pods: Sequence[Mapping[str, Any]] = ()) -> str:
     found = sweeps(logs)
     if not found:
-        return ""
+        return stall_path(pods, logs)
     lost = [x for x in found if x[3] != "-"]
     if lost:
         a, b, ok, first, _ = lost[0]

@@ -191,7 +191,7 @@ class Follow:
         if what == "timed out":
             detail = f"after {self.timeout:.0f}s: {detail}{self.job_status()}{self.queue_status()}"
         self.result = outcome.Result(self.launcher, what, seconds=round(seconds, 1), detail=detail,
-                                     path=outcome.path_verdict(logs))  # fmt: skip
+                                     path=outcome.path_verdict(logs, pods))  # fmt: skip
 
     def create(self, obj: dict[str, Any], patience: float = 60.0) -> None:
         """Create one object, retrying what a launcher's own webhook says while it catches up:

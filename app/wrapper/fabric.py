@@ -312,6 +312,23 @@ _NET_CHANNEL = re.compile(r"via NET/(IB|Socket)/\d+(/GDRDMA)?")
 # An RDMA send never acknowledged (IBV_WC_RETRY_EXC_ERR): "transport retry counter exceeded",
 # completion status 12.
 RETRY_EXCEEDED = re.compile(r"transport retry counter exceeded|(?:completion )?status[ =:]+12\b", re.I)
+# A communicator's start-up (ncclCommInitRank*): "commId 0x… - Init START", then "- Init COMPLETE".
+INIT_STAGE = re.compile(r"commId (0x[0-9a-f]+)\b.* - Init (START|COMPLETE)")
+# The wrapper's line when one has not completed in time (torchrun.stall_line).
+STALL = "hostnet-rdma: warning: NCCL start-up stalled: "
+
+
+def unfinished(text: str) -> List[str]:
+    """The commIds of communicators whose start-up began and did not complete in `text`."""
+    started: Dict[str, None] = {}
+    for comm, stage in INIT_STAGE.findall(text):
+        if stage == "START":
+            started[comm] = None
+        else:
+            started.pop(comm, None)
+    return list(started)
+
+
 # The wrapper's own line (Transport.line), for a log without NCCL's INFO lines.
 _LINE = re.compile(r"hostnet-rdma: transport=(\S+) hcas=(\S+) \(\d+[^)]*\) gdrdma=(\d+)/(\d+) channels")
 

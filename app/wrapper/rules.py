@@ -58,6 +58,9 @@ ENV_KEEP_LOCAL_ADDR = "HOSTNET_RDMA_KEEP_LOCAL_ADDR"
 # "1": a job whose NCCL chose sockets instead of RDMA is stopped (the pod annotation
 # hostnet-rdma.io/require-rdma, or the cluster config's wrapper.requireRdma).
 ENV_REQUIRE_RDMA = "HOSTNET_RDMA_REQUIRE_RDMA"
+# Seconds after an NCCL communicator's `Init START` without `Init COMPLETE` before the wrapper
+# probes the path to the job's peers and says what it found (0: never). Set in the pod's env.
+ENV_NCCL_STALL = "HOSTNET_RDMA_NCCL_STALL_SECONDS"
 TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
 # Set by the wrapper on the process it execs, so the start-up hook does not handle it twice.
 ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
@@ -81,6 +84,9 @@ DEFAULTS = {
     ENV_MIN_TORCH: "2.5",
     ENV_FABRIC_PREFLIGHT: "warn",
 }
+# Not the webhook's to set (DEFAULTS are): well under torch's (10 min) and NCCL's own time-outs;
+# a start-up that is merely slow (a large job) gets one line, never a stop.
+NCCL_STALL_DEFAULT = 60.0
 
 ETCD_BACKENDS = ("etcd", "etcd-v2")
 
@@ -505,6 +511,10 @@ def seconds(value: str, default: float) -> float:
 def dns_timeout(env: Mapping[str, str]) -> float:
     default = float(DEFAULTS[ENV_DNS_TIMEOUT])
     return seconds(env.get(ENV_DNS_TIMEOUT) or "", default)
+
+
+def stall_seconds(env: Mapping[str, str]) -> float:
+    return seconds(env.get(ENV_NCCL_STALL) or "", NCCL_STALL_DEFAULT)
 
 
 def max_nodes(nnodes: str) -> int:

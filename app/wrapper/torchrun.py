@@ -32,6 +32,10 @@ try:
 except ImportError:
     from app.wrapper import fabric  # type: ignore[no-redef,unused-ignore]
 try:
+    import hostnet_rdma_pathprobe as pathprobe  # type: ignore[import-not-found,unused-ignore]  # in a pod
+except ImportError:
+    from app.wrapper import pathprobe  # type: ignore[no-redef,unused-ignore]
+try:
     import hostnet_rdma_rules as rules  # type: ignore[import-not-found,unused-ignore]  # in a pod: beside this file
 except ImportError:  # in the repository and the webhook image
     from app.wrapper import rules  # type: ignore[no-redef,unused-ignore]
@@ -499,15 +503,17 @@ def fabric_preflight(plan: rules.Plan, env: Mapping[str, str]) -> None:
 
 
 # ---------------------------------------------------------------------------- transport watch
-# NCCL says which transport it chose (IB or Socket, which HCAs, GPUDirect) only at INFO level,
-# and images commonly set NCCL_DEBUG=WARN. When the user's level is quieter than INFO, NCCL
-# writes its INIT/NET lines to files of the wrapper's (the user's stdout keeps its own level: the
-# WARN lines are passed on), and a small watcher prints one line once the communicators are up
-# and puts it in the termination message, so `kubectl describe pod` shows the transport.
+# NCCL says which transport it chose (IB or Socket, which HCAs, GPUDirect) and when each
+# communicator's start-up begins and ends only at INFO level, and images commonly set
+# NCCL_DEBUG=WARN. So NCCL writes its lines to files of the wrapper's (unless the user chose a
+# file), and a small watcher passes on what the user's level shows, prints one line once the
+# communicators are up and puts it in the termination message (`kubectl describe pod` shows the
+# transport), and says what it finds on the path to the peers when a start-up stalls.
 def nccl_debug_redirect(env: Mapping[str, str]) -> Tuple[Dict[str, str], Optional[str]]:
-    """The env that sends NCCL's INIT/NET lines to files in a directory of ours, and that
-    directory; ({}, None) when the user reads them already (INFO) or chose a file of their own."""
-    if env.get("NCCL_DEBUG", "").strip().upper() in ("INFO", "TRACE") or env.get("NCCL_DEBUG_FILE"):
+    """The env that sends NCCL's lines to files in a directory of ours, and that directory;
+    ({}, None) when the user chose a file of their own. A user at INFO keeps their subsystems
+    (the watcher passes every line on); a quieter one gets INIT,NET, which it keeps to itself."""
+    if env.get("NCCL_DEBUG_FILE"):
         return {}, None
     for base in ("/dev/shm", os.environ.get("TMPDIR") or "/tmp"):
         d = os.path.join(base, "hostnet-rdma-nccl-" + str(os.getpid()))
@@ -517,12 +523,85 @@ def nccl_debug_redirect(env: Mapping[str, str]) -> Tuple[Dict[str, str], Optiona
                 pass
         except OSError:
             continue
-        return {
-            "NCCL_DEBUG": "INFO",
-            "NCCL_DEBUG_SUBSYS": "INIT,NET",
-            "NCCL_DEBUG_FILE": os.path.join(d, "nccl.%h.%p.log"),
-        }, d
+        extra = {"NCCL_DEBUG_FILE": os.path.join(d, "nccl.%h.%p.log")}
+        if not _verbose(env):
+            extra.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET")
+        return extra, d
     return {}, None
+
+
+def _verbose(env: Mapping[str, str]) -> bool:
+    return env.get("NCCL_DEBUG", "").strip().upper() in ("INFO", "TRACE")
+
+
+_NCCL_IFACE = re.compile(r"(?:Bootstrap\s*:|NET/Socket\s*:) Using (?:\[\d+\])?([\w.-]+):")
+
+
+class Stall:
+    """NCCL communicators whose start-up began (`Init START`) and has not completed."""
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self.started: Dict[Tuple[str, str], float] = {}
+        self.iface = ""
+        self.said = False
+
+    def read(self, source: str, line: str, now: float) -> None:
+        m = fabric.INIT_STAGE.search(line)
+        if m and m.group(2) == "START":
+            self.started.setdefault((source, m.group(1)), now)
+        elif m:
+            self.started.pop((source, m.group(1)), None)
+        iface = _NCCL_IFACE.search(line)
+        if iface and not self.iface:
+            self.iface = iface.group(1)
+
+    def due(self, now: float) -> float:
+        """Seconds since the oldest pending start, once past the bound and not said yet; else 0."""
+        if self.said or not self.bound or not self.started:
+            return 0.0
+        ago = now - min(self.started.values())
+        return ago if ago >= self.bound else 0.0
+
+
+def stall_line(ago: float, pending: int, network: str, iface: str, paths: List[Any]) -> str:
+    """The one line for a stalled start-up: what stalled, and the path to each peer."""
+    comms = f"{pending} NCCL communicator{'s' if pending != 1 else ''}"
+    head = (f"{fabric.STALL}{comms} logged Init START {ago:.0f}s ago and no Init "
+            f"COMPLETE (network {network or 'not chosen yet'}{', interface ' + iface if iface else ''})")  # fmt: skip
+    if not paths:
+        return head + "; no connection to a peer found yet to probe. Still waiting."
+    dropped = [p for p in paths if p.first_lost and p.crossed]
+    stuck = [p for p in paths if p.stuck]
+    said = "; ".join("Path to " + p.text() for p in (dropped or stuck or paths)[:3])
+    if len(paths) > 3:
+        said += f" ({len(paths)} peers probed)"
+    if dropped:
+        p = dropped[0]
+        why = (f"a hop between this node and {p.peer} drops packets over {p.largest} B without a word (an MTU "
+               "mismatch on a switch port): NCCL's start-up exchange is larger; check every port's MTU on the "
+               "path, or hostnet-rdma doctor --between THIS_NODE,PEER_NODE")  # fmt: skip
+    elif stuck:
+        why = f"TCP to {stuck[0].peer} is not getting through: check the path"
+    elif any(p.error for p in paths):
+        why = "the path could not be probed"
+    else:
+        why = "the path carries every size probed: not a large-frame drop (a slow or missing peer?)"
+    return f"{head}. {said}: {why}. Still waiting, not stopping the job."
+
+
+def stall_report(stall: Stall, parent: int, network: str, timeout: float = 1.0) -> List[Any]:
+    """Probe the path to each peer of the job's processes (the TCP sockets below torchrun)."""
+    view = pathprobe.tcp_view(parent)
+    addresses = interface_addresses()
+    peers = []
+    for peer, (local, _) in view.items():
+        iface = stall.iface or next((n for n, a in addresses.items() if local in a), "")
+        peers.append((peer, iface))
+    paths: List[Any] = pathprobe.probe_all(peers, timeout)
+    for p in paths:
+        p.stuck = view.get(p.peer, ("", ""))[1]
+    return paths
 
 
 def watch_transport(
@@ -530,15 +609,18 @@ def watch_transport(
 ) -> None:
     """Follow NCCL's debug files in `d` while `alive()` (torchrun, pid `parent`, runs): pass on
     what the user's NCCL_DEBUG would have shown, say the transport once NCCL's communicators are
-    up, and with HOSTNET_RDMA_REQUIRE_RDMA stop the job when it is not RDMA."""
+    up, with HOSTNET_RDMA_REQUIRE_RDMA stop the job when it is not RDMA, and when a start-up
+    stalls past HOSTNET_RDMA_NCCL_STALL_SECONDS say what the path to the peers carries."""
     out = out or sys.stderr
     level = env.get("NCCL_DEBUG", "").strip().upper()
     offsets: Dict[str, int] = {}
     kept: List[str] = []
     said = retry_said = False
     require = env.get(rules.ENV_REQUIRE_RDMA) == "1"
+    stall = Stall(rules.stall_seconds(env))
     while True:
         running = alive()
+        now = time.monotonic()
         for name in sorted(os.listdir(d)):
             if not name.startswith("nccl."):
                 continue
@@ -551,12 +633,14 @@ def watch_transport(
             except OSError:
                 continue
             for line in chunk.splitlines():
-                if (" NCCL WARN " in line and level in ("WARN", "ABORT")) or (
+                if level in ("INFO", "TRACE") or (" NCCL WARN " in line and level in ("WARN", "ABORT")) or (
                         "NCCL version" in line and level in ("VERSION", "WARN")):  # fmt: skip
                     out.write(line + "\n")
                 if ("Using network" in line or "NET/IB" in line or "via NET/" in line or "Init COMPLETE" in line
                         or fabric.RETRY_EXCEEDED.search(line)) and len(kept) < 20000:  # fmt: skip
                     kept.append(line)
+                if "Init " in line or " Using " in line:
+                    stall.read(name, line, now)
         t = fabric.Transport("\n".join(kept))
         if t.ready and not said:
             said = True
@@ -575,6 +659,14 @@ def watch_transport(
             message = (f"{PREFIX}: warning: NCCL's RDMA messages to a peer were never acknowledged (transport retry "
                        "counter exceeded) after its communicators were up: most likely a hop drops large frames (an MTU "
                        "or receive-buffer mismatch); hostnet-rdma doctor --between NODE_A,NODE_B")  # fmt: skip
+            out.write(message + "\n")
+            termination_message(message, env)
+        ago = stall.due(now) if running else 0.0
+        if ago:
+            stall.said = True
+            out.flush()
+            network = ",".join(sorted(set(re.findall(r"Using network (\w+)", "\n".join(kept)))))
+            message = stall_line(ago, len(stall.started), network, stall.iface, stall_report(stall, parent, network))
             out.write(message + "\n")
             termination_message(message, env)
         out.flush()
