@@ -12,10 +12,12 @@ as source).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 # The modules every admission runs: the core, the rules it shares with the wrapper, the review.
 COMPILED = sorted([str(p) for p in Path("app/core").rglob("*.py")] + ["app/wrapper/rules.py", "app/review.py"])
@@ -40,4 +42,15 @@ def ext_modules() -> list[object]:
     return list(mypycify(COMPILED, opt_level="3"))
 
 
-setup(ext_modules=ext_modules())
+class BuildPy(build_py):
+    """Put docs/troubleshooting.md into the package: `hostnet-rdma help TOPIC` prints its
+    sections where no docs/ directory is (a wheel, the image)."""
+
+    def run(self) -> None:
+        super().run()
+        source = Path("docs/troubleshooting.md")
+        if source.is_file():
+            shutil.copy(source, Path(self.build_lib) / "app" / source.name)
+
+
+setup(ext_modules=ext_modules(), cmdclass={"build_py": BuildPy})

@@ -107,3 +107,22 @@ def test_the_test_scripts_cleanup_keeps_a_green_runs_exit_status(tmp_path: Path)
         done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
         assert done.returncode == status, done.stderr
     assert not setup.exists()  # and it still cleans up
+
+
+@pytest.mark.timeout(300)
+def test_the_wheel_carries_the_troubleshooting_guide_that_help_prints(tmp_path: Path) -> None:
+    """`hostnet-rdma help TOPIC` where no docs/ directory is: the wheel (and so the image) has
+    docs/troubleshooting.md inside the package, copied in by setup.py."""
+    import zipfile
+
+    tree = tmp_path / "tree"
+    for name in _git(ROOT, "ls-files").splitlines():
+        if (ROOT / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, tree / name)
+    env = {**os.environ, "HOSTNET_RDMA_PURE": "1"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", ".", "-w",
+                    str(tmp_path / "wheels")], cwd=tree, env=env, check=True, capture_output=True)  # fmt: skip
+    (wheel,) = (tmp_path / "wheels").glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("app/troubleshooting.md").decode() == (ROOT / "docs" / "troubleshooting.md").read_text()

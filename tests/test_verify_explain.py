@@ -71,7 +71,57 @@ def test_verify_cli_table_and_exit_codes() -> None:
     bad = cli("verify", "--log", str(LOGS / "socket-fallback.log"))
     assert bad.returncode == 1
     assert "FAIL  transport        Using network Socket" in bad.stdout
-    assert "What to do:" in bad.stdout and 'docs/troubleshooting.md, "NCCL uses sockets, or no GDRDMA"' in bad.stdout
+    assert "What to do:" in bad.stdout and "See `hostnet-rdma help nccl-uses-sockets-or-no-gdrdma`" in bad.stdout
+    # The section a hint names is one `help` prints.
+    shown = cli("help", "nccl-uses-sockets-or-no-gdrdma")
+    assert shown.returncode == 0 and shown.stdout.startswith("NCCL uses sockets, or no GDRDMA\n\n")
+
+
+def test_verify_judges_the_devices_against_a_profile_and_says_when_it_did_not(tmp_path: Path) -> None:
+    """A log whose NCCL used the front-end NICs passes a check that knows no profile; with the
+    node shape's profile (or a live pod's own NCCL_IB_HCA) it fails, and without either the
+    table says the devices were not compared."""
+    front = (LOGS / "good.log").read_text().replace("[0]mlx5_0:1/RoCE", "[0]mlx5_4:1/RoCE")
+    path = tmp_path / "front-end.log"
+    path.write_text(front)
+    plain = cli("verify", "--log", str(path))
+    assert plain.returncode == 0 and "NOTE  the HCAs were not compared with a profile" in plain.stdout
+    shaped = cli("verify", "--log", str(path), "--profile", "BM.GPU4.8")
+    assert shaped.returncode == 1 and "not in the profile (front-end?): mlx5_4" in shaped.stdout, shaped.stdout
+    unknown = cli("verify", "--log", str(path), "--profile", "BM.GPU9.8")
+    assert unknown.returncode == 2 and "unknown profile 'BM.GPU9.8'; known: " in unknown.stderr
+
+
+def test_a_log_that_says_nothing_of_nccl_gets_one_transport_failure_not_four() -> None:
+    quiet = "\n".join(ln for ln in (LOGS / "good.log").read_text().splitlines() if " NCCL " not in ln)
+    report = verify(quiet, expect_wrapper=False)
+    assert [c.name for c in report.checks] == ["transport"] and "GPUDirect" not in report.table()
+
+
+def test_every_hint_names_a_help_topic_that_exists() -> None:
+    from app import help as guide
+    from app import verify as v
+    from app.wrapper import torchrun as w
+
+    topics = guide.sections(guide.document())
+    for section in (v.SOCKETS, v.STALLED, v.RETRY, v.WRAPPER):
+        assert rules_topic(section) in topics, section
+    said = w._see("torch 2.4.x")
+    assert said == 'See `hostnet-rdma help torch-2.4.x` (docs/troubleshooting.md, "torch 2.4.x")'
+    shown = cli("help", "torch", "2.4")
+    assert shown.returncode == 0 and shown.stdout.startswith("torch 2.4.x\n")
+    listing = cli("help")
+    assert listing.returncode == 0 and all(t in listing.stdout for t in topics)
+    several = cli("help", "nccl")
+    assert several.returncode == 2 and "Several topics match" in several.stdout
+    none = cli("help", "no-such-thing")
+    assert none.returncode == 2 and none.stderr.startswith("hostnet-rdma: error: no topic 'no-such-thing'")
+
+
+def rules_topic(section: str) -> str:
+    from app.wrapper.rules import help_topic
+
+    return help_topic(section)
 
 
 def test_verify_cli_json() -> None:

@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 
 from app import __version__
-from app.cli import doctor, e2e, explain, mutate, serve, verify
+from app.cli import doctor, e2e, explain, help, mutate, serve, verify
 from app.cli.common import error
 
-COMMANDS = (serve, mutate, explain, verify, doctor, e2e)
+COMMANDS = (serve, mutate, explain, verify, doctor, e2e, help)
 
 
 def build_parser(prog: str = "hostnet-rdma") -> argparse.ArgumentParser:

@@ -1,5 +1,5 @@
 """`hostnet-rdma verify POD | --log FILE`: a training pod's log checked for NCCL over IB with
-GDRDMA and the wrapper's settings."""
+GDRDMA on the devices its profile names, a start-up that completed, and the wrapper's settings."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.cli.common import add_cluster_args, cluster_namespace
+from app.cli.common import CommandError, add_cluster_args, cluster_namespace, error, load_config
 from app.core import InjectConfig, UnsupportedPod
 from app.core.mutate import training_containers
 from app.verify import expected_devices, verify
@@ -29,8 +29,20 @@ def _training_container(pod: dict[str, Any], wanted: str | None) -> dict[str, An
         raise SystemExit(f"hostnet-rdma: error: {e}; or pick it with -c") from None
 
 
+def _profile_hca(args: argparse.Namespace) -> str | None:
+    """NCCL_IB_HCA of --profile (from --config's profiles, else the built-in ones)."""
+    cfg = load_config(args.config)
+    if args.profile not in cfg.profiles:
+        raise CommandError(f"unknown profile {args.profile!r}; known: {', '.join(sorted(cfg.profiles))}")
+    return dict(cfg.profiles[args.profile].env).get("NCCL_IB_HCA")
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    expected = expected_devices(args.hca) if args.hca else None
+    try:
+        hca = args.hca or (_profile_hca(args) if args.profile else None)
+    except CommandError as e:
+        return error(str(e))
+    expected = expected_devices(hca) if hca else None
     if args.log:
         try:
             text = Path(args.log).read_text(errors="replace")
@@ -69,7 +81,9 @@ def register(sub: Any) -> None:
     add_cluster_args(v)
     v.add_argument("-c", "--container", help="container (default: the one the webhook wrapped)")
     v.add_argument("--log", help="check a saved log file instead of a live pod")
-    v.add_argument("--hca", help="expected NCCL_IB_HCA (default: the pod's own env)")
+    v.add_argument("--hca", help="expected NCCL_IB_HCA (default: --profile's, else the pod's own env)")
+    v.add_argument("--profile", help="the NCCL profile whose NCCL_IB_HCA the log's devices must match")
+    v.add_argument("--config", help="cluster config file (for its profiles; default: the built-in ones)")
     v.add_argument("--no-wrapper", action="store_true", help="do not require the wrapper's log line")
     v.add_argument("-o", "--output", choices=("table", "json"), default="table")
     v.set_defaults(func=cmd_verify)

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.wrapper import rules
+
 DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:26.09-py3"  # the examples' image: torch, NCCL, rdma-core
 JOB_LABEL = "hostnet-rdma.io/e2e-job"  # on every pod of one e2e job: how the runner finds them
 SCRIPT_DIR = "/hostnet-rdma-e2e"
@@ -97,7 +99,7 @@ def _env(p: Params) -> list[dict[str, str]]:
             # A lost message fails in ~0.1 s x 3 tries, not the profile's 17 s x 7.
             {"name": "NCCL_IB_TIMEOUT", "value": "14"},
             {"name": "NCCL_IB_RETRY_CNT", "value": "2"},
-            {"name": "HOSTNET_RDMA_NCCL_STALL_SECONDS", "value": str(p.stall_seconds)},
+            {"name": rules.ENV_NCCL_STALL, "value": str(p.stall_seconds)},
         ]
     if p.host_paths:
         env.append({"name": "PYTHONPATH", "value": ":".join(_host_mount(i) for i in range(len(p.host_paths)))})

@@ -99,6 +99,11 @@ ANN_LOCAL_ADDR = "hostnet-rdma.io/local-addr"
 ANN_REQUIRE_RDMA = "hostnet-rdma.io/require-rdma"
 
 
+def help_topic(title: str) -> str:
+    """The `hostnet-rdma help` topic of a docs/troubleshooting.md section: its title's words."""
+    return "-".join(re.findall(r"[a-z0-9][a-z0-9.]*", title.lower()))
+
+
 def pack(settings: Mapping[str, str]) -> str:
     """HOSTNET_RDMA_POD's value for these settings (names from PACKED, values without ";")."""
     return ";".join(name[len(ENV_PREFIX) :].lower() + "=" + value for name, value in settings.items())

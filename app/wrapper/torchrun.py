@@ -54,7 +54,7 @@ PREFIX = "hostnet-rdma"
 
 # Where each refusal is explained: a section of the project's docs/troubleshooting.md.
 def _see(section: str) -> str:
-    return f'See hostnet-rdma\'s docs/troubleshooting.md, "{section}"'
+    return f'See `hostnet-rdma help {rules.help_topic(section)}` (docs/troubleshooting.md, "{section}")'
 
 
 ETCD_BACKENDS = rules.ETCD_BACKENDS

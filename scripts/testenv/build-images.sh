@@ -64,7 +64,7 @@ if [ ! -f "$OUT/pause.tar" ]; then
 fi
 
 # 3. The webhook image, from deploy/Dockerfile as users build it.
-hash=$( (cat deploy/Dockerfile pyproject.toml setup.py README.md; find app -name '*.py' -o -name py.typed | sort | xargs cat) \
+hash=$( (cat deploy/Dockerfile pyproject.toml setup.py README.md docs/troubleshooting.md; find app -name '*.py' -o -name py.typed | sort | xargs cat) \
   | sha256sum | cut -c1-12)
 # dockerfile_target NAME REF [TARGET]: build deploy/Dockerfile (that target) as REF into
 # $OUT/NAME-$hash.tar, NAME.tar and NAME.ref.
