@@ -611,3 +611,27 @@ def test_a_running_job_says_what_it_waits_for(monkeypatch: pytest.MonkeyPatch) -
     assert 2 <= len(said) <= 6, said  # every 0.1 s of the 0.5 s, not every poll
     assert all(line.startswith("job: still running after ") and "Insufficient nvidia.com/gpu" in line for line in said)
     assert run.PROGRESS_SECONDS <= 30
+
+
+def test_on_a_terminal_a_waiting_job_is_one_line_rewritten_and_in_ci_plain_lines(capsys: Any) -> None:
+    import io
+
+    from app.cli.e2e import Status
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Tty()
+    status = Status(tty)
+    assert status.live
+    status.say("e2e: volcano: still running after 4s: e2e-volcano-worker-0: waiting: ContainerCreating")
+    status.say("e2e: volcano: still running after 6s: e2e-volcano-worker-0: Running")
+    status.say("e2e: volcano: passed in 41s")
+    assert tty.getvalue().count("\r\x1b[K") == 3  # two updates in place, then the line cleared
+    assert "Running" in tty.getvalue() and capsys.readouterr().out == "e2e: volcano: passed in 41s\n"
+    plain = io.StringIO()
+    status = Status(plain)
+    assert not status.live
+    status.say("e2e: volcano: still running after 30s: e2e-volcano-worker-0: Running")
+    assert plain.getvalue() == "" and "still running after 30s" in capsys.readouterr().out

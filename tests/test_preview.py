@@ -97,11 +97,12 @@ def test_pods_not_sent_to_the_webhook_exit_3() -> None:
 
 @pytest.mark.parametrize("example", ["jobset", "pytorchjob", "leaderworkerset", "volcano-job", "trainjob"])
 def test_every_example_previews_with_one_store_host(example: str) -> None:
-    p = run_cli("explain", "-f", str(EXAMPLES / f"{example}.yaml"))
+    p = run_cli("explain", "-f", str(EXAMPLES / f"{example}.yaml"), "-o", "json")
     assert p.returncode == 0, p.stdout + p.stderr
-    lines = [ln for ln in p.stdout.splitlines()[1:] if ln and not ln.startswith(" ") and ":" not in ln.split()[0]]
-    store = [ln.split()[4] for ln in lines]
+    store = [pod["storeHost"] for pod in json.loads(p.stdout)["pods"]]
     assert store.count("yes") == 1 and len(store) == 2, p.stdout
+    table = run_cli("explain", "-f", str(EXAMPLES / f"{example}.yaml"))
+    assert table.returncode == 0 and max(map(len, table.stdout.splitlines())) <= 100, table.stdout
 
 
 def test_mutate_of_a_job_file_is_a_list_of_the_stored_pods() -> None:
@@ -202,7 +203,8 @@ def test_a_volcano_job_without_a_master_task_previews_one_store(tmp_path: Path) 
     f = tmp_path / "job.yaml"
     f.write_text(VOLCANO_LAUNCHER_TRAINER)
     out = run_cli("explain", "-f", str(f))
-    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("Job/lt")]
+    wide = run_cli("explain", "-f", str(f), "-o", "wide")
+    rows = [line.split() for line in wide.stdout.splitlines() if line.startswith("Job/lt")]
     assert len(rows) == 3 and [r[4] for r in rows].count("yes") == 1, out.stdout
     assert out.returncode == 0 and "store hosts" not in out.stdout
 

@@ -198,7 +198,12 @@ def test_explain_cli_on_a_file() -> None:
     assert "ok  launcher detected: pytorchjob (job pje)" in p.stdout
     assert "ok  this pod's DNS name: pje-master-0" in p.stdout
     p = cli("explain", "-f", str(GOLDEN / "generic" / "plain-pod-no-identity.yaml"))
-    assert p.returncode == 1 and "NO  this pod's DNS name: (none" in p.stdout
+    # Warnings only: 0, as for a job's pod with the same warnings (one table of exit codes).
+    assert p.returncode == 0 and "NO  this pod's DNS name: (none" in p.stdout
+    steps = json.loads(
+        cli("explain", "-f", str(GOLDEN / "generic" / "plain-pod-no-identity.yaml"), "-o", "json").stdout
+    )
+    assert {"ok": False, "text": "this pod's DNS name: (none: no hostname+subdomain)"} in steps["steps"]
 
 
 def test_verify_reads_the_container_the_webhook_trains_in() -> None:
@@ -236,3 +241,17 @@ def test_real_nccl_logs_at_warn_and_info_level_get_the_same_verdict() -> None:
     assert warn.checks[0].detail == "Using network Socket (the wrapper's transport line)"
     assert info.checks[0].detail == "Using network Socket"
     assert " NCCL INFO Using network" not in (LOGS / "warn-level-h200-socket.log").read_text()
+
+
+def test_one_exit_code_for_a_pod_that_is_not_sent_alone_or_in_a_job(tmp_path: Path) -> None:
+    """A Pod without hostNetwork exited 1 and the same pod in a Volcano Job 3: both are 3 (not
+    sent to the webhook), as the exit-code table says."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+           "spec": {"containers": [{"name": "c", "image": "i", "command": ["torchrun", "t.py"]}]}}  # fmt: skip
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "j", "namespace": "ml"},
+           "spec": {"minAvailable": 2, "tasks": [{"name": "worker", "replicas": 2, "template": {"spec": pod["spec"]}}]}}  # fmt: skip
+    for obj in (pod, job):
+        f = tmp_path / f"{obj['kind']}.yaml"
+        f.write_text(yaml.safe_dump(obj))
+        p = cli("explain", "-f", str(f))
+        assert p.returncode == 3, (obj["kind"], p.stdout)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from typing import Any
 
@@ -59,12 +60,14 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if args.parallel < 0:
         return error("--parallel must be 0 (the default) or more")
-    opts = run.Options(params=params, launchers=launchers, timeout=args.timeout, keep=args.keep,
-                       cluster_queue=args.cluster_queue or "", parallel=args.parallel or None)  # fmt: skip
     quiet = args.output == "json"
+    status = Status(sys.stderr)
+    opts = run.Options(params=params, launchers=launchers, timeout=args.timeout, keep=args.keep,
+                       cluster_queue=args.cluster_queue or "", parallel=args.parallel or None,
+                       every=run.PROGRESS_SECONDS if quiet or not status.live else 2.0)  # fmt: skip
     try:
         api = kube.api_client(args.kubeconfig, args.context)
-        results = run.run(api, opts, say=lambda line: None if quiet else print(f"e2e: {line}", flush=True))
+        results = run.run(api, opts, say=lambda line: None if quiet else status.say(f"e2e: {line}"))
     except run.E2EError as e:
         return error(str(e))
     except kube.ApiException as e:
@@ -88,6 +91,30 @@ def cmd_e2e(args: argparse.Namespace) -> int:
             summary += f", {len(absent)} not present" + (" (asked for by name)" if launchers is not None else "")
         print(summary)
     return 1 if failed or not any(r.ok for r in results) else 0
+
+
+class Status:
+    """On a terminal, what running jobs wait for is one line rewritten in place (every 2 s);
+    the rest, and everything in CI or a pipe, are plain lines (a running job's every 30 s)."""
+
+    WAITING = ": still running after "
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
+        self.shown = False
+
+    def say(self, line: str) -> None:
+        if self.live and self.WAITING in line:
+            width = shutil.get_terminal_size().columns - 1
+            self.stream.write("\r\x1b[K" + (line if len(line) <= width else line[: width - 1] + "…"))
+            self.shown = True
+        else:
+            if self.shown:
+                self.stream.write("\r\x1b[K")
+                self.shown = False
+            print(line, flush=True)
+        self.stream.flush()
 
 
 def register(sub: Any) -> None:

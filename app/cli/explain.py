@@ -35,20 +35,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.file:
         try:
             objects = read_objects(args.file)
-            if len(objects) == 1 and objects[0].get("kind") == "Pod" and not args.from_cluster:
-                return _steps_of_a_file(args, objects[0])
             rows, _, others = run_preview(args, objects)
+            if len(objects) == 1 and objects[0].get("kind") == "Pod" and not args.from_cluster:
+                # The steps, and the exit code a job's pod would give (one table of codes).
+                _steps_of_a_file(args, objects[0])
+                return _exit_code(rows, 0)
         except CommandError as e:
             return error(str(e))
         lines, unexpanded = without_pods(others)
-        print(table(rows) if rows else "no pods to preview")
+        if args.output in ("json", "yaml"):
+            _dump(data(rows, lines, unexpanded), args.output)
+            return _exit_code(rows, unexpanded)
+        print(table(rows, wide=args.output == "wide") if rows else "no pods to preview")
         if lines:
             print("\n" + "\n".join(lines))
-        if preview.store_problems(rows) or any(r.refusal or (r.sent and not r.mutated) for r in rows):
-            return preview.EXIT_REFUSES
-        if unexpanded:
-            return unexpanded
-        return preview.EXIT_NOT_SENT if any(not r.sent for r in rows) else preview.EXIT_OK
+        return _exit_code(rows, unexpanded)
     if not args.pod:
         return error("give a POD name or -f FILE")
     return _steps_of_a_live_pod(args)
@@ -61,10 +62,7 @@ def _steps_of_a_file(args: argparse.Namespace, pod: dict[str, Any]) -> int:
     if args.exclude_namespaces is not None:
         cfg = dataclasses.replace(cfg, exclude_namespaces=tuple(n for n in args.exclude_namespaces.split(",") if n))
     namespace = args.namespace or (pod.get("metadata") or {}).get("namespace") or "default"
-    steps = explain(pod, review.params_for(cfg, namespace), None, None)
-    for s in steps:
-        print(f"{'ok ' if s.ok else 'NO '} {s.text}")
-    return 0 if all(s.ok for s in steps) else 1
+    return _steps(explain(pod, review.params_for(cfg, namespace), None, None), args.output)
 
 
 def _steps_of_a_live_pod(args: argparse.Namespace) -> int:
@@ -87,24 +85,58 @@ def _steps_of_a_live_pod(args: argparse.Namespace) -> int:
         print(f"NO  no MutatingWebhookConfiguration {args.webhook_config!r} in this cluster: is the chart installed "
               "(helm list -A), under another release name (--webhook-config)?")  # fmt: skip
         return 1
-    steps = explain(pod, review.params_for(cfg, namespace), ns_labels, selectors)
-    for s in steps:
-        print(f"{'ok ' if s.ok else 'NO '} {s.text}")
-    return 0 if all(s.ok for s in steps) else 1
+    return _steps(explain(pod, review.params_for(cfg, namespace), ns_labels, selectors), args.output)
 
 
-def table(rows: list[preview.Row]) -> str:
+WIDTH = 100  # the default table's columns; `-o wide` prints every column whatever its width
+
+
+def _fit(cells: list[tuple[str, ...]], column: int) -> list[tuple[str, ...]]:
+    """Rows whose joined width exceeds WIDTH get `column` cut in its middle (…)."""
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
+    over = sum(widths) + 2 * (len(widths) - 1) + 2 - WIDTH
+    if over <= 0:
+        return cells
+    keep = max(8, widths[column] - over - 1)
+    out = []
+    for c in cells:
+        cell = c[column]
+        if len(cell) > keep:
+            cell = cell[: keep // 2] + "…" + cell[len(cell) - (keep - keep // 2) :]
+        out.append((*c[:column], cell, *c[column + 1 :]))
+    return out
+
+
+def _columns(lines: list[tuple[str, ...]], indent: str = "") -> list[str]:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines]
+
+
+def _cells(r: preview.Row) -> tuple[str, str, str, str, str, str]:
+    if not r.sent or not r.mutated:
+        return (r.source, r.pod, "-", "-", "-", "-")
+    return (r.source, r.pod, r.local_addr or "-", r.endpoint or "-", r.store_host or "-", r.nnodes or "-")
+
+
+def table(rows: list[preview.Row], wide: bool = False) -> str:
     """One row per pod, then what the pods' admission and wrappers say: each text once, with the
-    pods it is about."""
-    head = ("JOB", "POD", "LOCAL ADDRESS", "ENDPOINT", "STORE HOST", "NODES")
-    lines = [head]
-    for r in rows:
-        if not r.sent or not r.mutated:
-            lines.append((r.source, r.pod, "-", "-", "-", "-"))
-            continue
-        lines.append((r.source, r.pod, r.local_addr or "-", r.endpoint or "-", r.store_host or "-", r.nnodes or "-"))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines]
+    pods it is about. By default grouped per job (its endpoint and node count once, when its pods
+    agree), within WIDTH columns; `wide`: every column on every row."""
+    if wide:
+        out = _columns([("JOB", "POD", "LOCAL ADDRESS", "ENDPOINT", "STORE HOST", "NODES"), *map(_cells, rows)])
+    else:
+        out = []
+        for source in dict.fromkeys(r.source for r in rows):
+            mine = [_cells(r) for r in rows if r.source == source]
+            shared = {(c[3], c[5]) for c in mine if c[3] != "-"}
+            if len(shared) == 1:
+                endpoint, nodes = next(iter(shared))
+                out.append(f"{source}: endpoint {endpoint}, nodes {nodes}")
+                lines = [("POD", "LOCAL ADDRESS", "STORE HOST"), *((c[1], c[2], c[4]) for c in mine)]
+            else:  # the pods disagree (or none was mutated): each row says its own
+                out.append(f"{source}:")
+                lines = [("POD", "LOCAL ADDRESS", "ENDPOINT", "STORE HOST", "NODES"), *(c[1:] for c in mine)]
+            out += _columns(_fit(lines, 1), "  ")
     # Each text once, with every pod it is about (a 1,000-pod job's warning is one line).
     pods_of: dict[str, list[str]] = {}
     for r in rows:
@@ -123,6 +155,45 @@ def table(rows: list[preview.Row]) -> str:
     return "\n".join(out + (["", *notes] if notes else []))
 
 
+def data(rows: list[preview.Row], others: list[str], unexpanded: int) -> dict[str, Any]:
+    """What `-o json|yaml` prints: each pod's row (without the pod objects: `mutate -f` prints
+    those), the jobs' store problems, what the file holds besides."""
+    pods = [
+        {"job": r.source, "pod": r.pod, "sent": r.sent, "mutated": r.mutated, "launcher": r.launcher,
+         "localAddress": r.local_addr, "endpoint": r.endpoint, "backend": r.backend, "storeHost": r.store_host,
+         "nodes": r.nnodes, "reason": r.reason, "refusal": r.refusal, "warnings": list(r.warnings)}
+        for r in rows
+    ]  # fmt: skip
+    return {"pods": pods, "problems": list(preview.store_problems(rows)), "notPreviewed": others,
+            "exitCode": _exit_code(rows, unexpanded)}  # fmt: skip
+
+
+def _exit_code(rows: list[preview.Row], unexpanded: int) -> int:
+    if preview.store_problems(rows) or any(r.refusal or (r.sent and not r.mutated) for r in rows):
+        return preview.EXIT_REFUSES
+    if unexpanded:
+        return unexpanded
+    return preview.EXIT_NOT_SENT if any(not r.sent for r in rows) else preview.EXIT_OK
+
+
+def _steps(steps: list[Any], output: str) -> int:
+    code = 0 if all(s.ok for s in steps) else 1
+    if output in ("json", "yaml"):
+        _dump({"steps": [{"ok": s.ok, "text": s.text} for s in steps], "exitCode": code}, output)
+    else:
+        for s in steps:
+            print(f"{'ok ' if s.ok else 'NO '} {s.text}")
+    return code
+
+
+def _dump(obj: Any, output: str) -> None:
+    import json
+
+    import yaml
+
+    print(json.dumps(obj, indent=2) if output == "json" else yaml.safe_dump(obj, sort_keys=False).rstrip())
+
+
 def register(sub: Any) -> None:
     e = sub.add_parser("explain", help="why a pod was (or would be) mutated or not, and what its wrapper decides",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -132,4 +203,7 @@ def register(sub: Any) -> None:
     e.add_argument("--exclude-namespaces",
                    help="with -f: namespaces the webhook never sees, comma-separated (default: the config's "
                         "excludeNamespaces: kube-system and the webhook's namespace)")  # fmt: skip
+    e.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
+                   help="table (default: grouped per job, at most 100 columns), wide (every column on every "
+                        "row), json or yaml (each pod's row and the problems, for scripts)")  # fmt: skip
     e.set_defaults(func=cmd_explain)

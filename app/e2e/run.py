@@ -42,6 +42,10 @@ class E2EError(Exception):
     """The run cannot start (no webhook, no cluster access): exit 2 with this message."""
 
 
+# How often a job that is still running says what it waits for.
+PROGRESS_SECONDS = 30.0
+
+
 @dataclass(frozen=True)
 class Options:
     params: Params  # namespace filled in by the run
@@ -49,6 +53,8 @@ class Options:
     timeout: float = 600.0
     keep: bool = False
     poll: float = 2.0
+    # How often a running job says what it waits for (a terminal's status line: every poll).
+    every: float = PROGRESS_SECONDS
     cluster_queue: str = ""  # Kueue: submit the jobs through a LocalQueue for this ClusterQueue
     # Jobs at once. None: one at a time when they request GPUs (a GPU cluster has room for one
     # job's worth, and launchers without gang scheduling would each hold a node and wait), all
@@ -89,10 +95,6 @@ def present(objects: kube.Objects) -> dict[str, bool]:
 
 def script() -> str:
     return resources.files("app.e2e").joinpath("train.py").read_text()
-
-
-# How often a job that is still running says what it waits for.
-PROGRESS_SECONDS = 30.0
 
 
 class Follow:
@@ -335,7 +337,7 @@ def run(api: Any, opts: Options, say: Callable[[str], None]) -> list[outcome.Res
             if version:
                 objects.create(local_queue(namespace, version, opts.cluster_queue))
             objects.create(script_configmap(params, script()))
-            follows = [Follow(api, objects, n, params, opts.timeout, opts.poll, say) for n in runnable]
+            follows = [Follow(api, objects, n, params, opts.timeout, opts.poll, say, opts.every) for n in runnable]
             slots = threading.Semaphore(at_once)
             one_by_one = at_once < len(follows)
             threads = [threading.Thread(target=f.run, args=(slots, one_by_one), name=f"e2e-{f.launcher}", daemon=True)
