@@ -128,6 +128,7 @@ def table(rows: list[preview.Row], wide: bool = False) -> str:
         out = []
         for source in dict.fromkeys(r.source for r in rows):
             mine = [_cells(r) for r in rows if r.source == source]
+            lines: list[tuple[str, ...]]
             shared = {(c[3], c[5]) for c in mine if c[3] != "-"}
             if len(shared) == 1:
                 endpoint, nodes = next(iter(shared))
