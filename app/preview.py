@@ -100,6 +100,25 @@ def _expand_words(words: list[str], env: dict[str, str]) -> list[str] | None:
     return out
 
 
+def _without_torchrun(env: dict[str, str], row: Row) -> None:
+    """A command without torchrun: the program starts torch.distributed itself, from MASTER_ADDR
+    (env://, as Training Operator sets it), or not at all. The start-up hook pins its sockets."""
+    row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
+    master = env.get("MASTER_ADDR", "")
+    if not master:
+        row.backend = "no torchrun in the command and no MASTER_ADDR: no rendezvous of ours to preview"
+        return
+    row.backend = "env:// (no torchrun: the program starts torch.distributed from MASTER_ADDR)"
+    row.endpoint = f"{master}:{env.get('MASTER_PORT', '?')}"
+    rank = env.get("RANK", "")
+    row.store_host = "yes" if rank == "0" else "no" if rank.isdigit() else "decided at run time (RANK)"
+    row.nnodes = env.get("WORLD_SIZE", "")
+    row.warnings.append(
+        "no torchrun: the program starts torch.distributed itself (env://); the start-up hook pins "
+        "GLOO_SOCKET_IFNAME (NCCL_SOCKET_IFNAME where configured) when it imports torch.distributed"
+    )
+
+
 def decide(pod: Obj, result: Result, configmaps: dict[str, dict[str, str]], params: Params, row: Row) -> None:
     """Fill `row` with what the wrapper of the pod's (first) training container would decide."""
     containers = {c["name"]: c for c in result.pod["spec"]["containers"]}
@@ -119,6 +138,9 @@ def decide(pod: Obj, result: Result, configmaps: dict[str, dict[str, str]], para
     except wrap.ScriptTooLarge:
         args = None
     expanded = _expand_words(args, env) if args is not None else None
+    if expanded is None and not wrap.runs_torch_distributed(c):
+        _without_torchrun(env, row)
+        return
     if expanded is None:
         row.backend = "decided at run time (torchrun's arguments are in a script or need the shell)"
         row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")

@@ -3,8 +3,10 @@
 Python imports `sitecustomize` at start-up in every process, so this sees every torchrun
 however it is started: by absolute path, after a venv/conda `activate`, in a login shell that
 resets PATH, from a user script, or as `python -m torch.distributed.run`. In a torchrun
-process it hands sys.argv to the wrapper before torchrun parses it; in any other process it
-only loads the image's own sitecustomize (which this file shadows) and returns. Standard
+process it hands sys.argv to the wrapper before torchrun parses it; in the first process of a
+program that starts torch.distributed itself (MASTER_ADDR set, no torchrun above it) it pins
+Gloo's and NCCL's sockets as the wrapper does for torchrun; in any other process it only loads
+the image's own sitecustomize (which this file shadows) and returns. Standard
 library only, Python 3.8+, cheap: no import beyond os and sys unless torchrun is running.
 """
 
@@ -65,11 +67,32 @@ ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
 
 
 def _hook() -> None:
-    if os.environ.get(ENV_HANDLED) == str(os.getpid()) or not _is_torchrun():
+    if os.environ.get(ENV_HANDLED) == str(os.getpid()):
         return
-    import hostnet_rdma_torchrun  # type: ignore[import-not-found]
+    if _is_torchrun():
+        import hostnet_rdma_torchrun  # type: ignore[import-not-found]
 
-    hostnet_rdma_torchrun.intercept(sys.argv)
+        hostnet_rdma_torchrun.intercept(sys.argv)
+    elif "MASTER_ADDR" in os.environ and ENV_HANDLED not in os.environ:
+        # A program that may start torch.distributed itself (env://): the same socket pinning,
+        # once it imports torch.distributed (not in every Python the container runs). Its
+        # children inherit the result and the mark.
+        sys.meta_path.insert(0, _PinOnTorchDistributed())
+
+
+class _PinOnTorchDistributed:
+    """An import hook that only watches: at the first import of torch.distributed, before any
+    process group exists, it pins the sockets; it finds nothing itself."""
+
+    done = False
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "torch.distributed" and not self.done:
+            self.done = True
+            import hostnet_rdma_torchrun
+
+            hostnet_rdma_torchrun.pin_sockets()
+        return None
 
 
 _chain_load_image_sitecustomize()

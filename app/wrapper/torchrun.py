@@ -217,7 +217,9 @@ def run_in(interpreter: Optional[str], code: str) -> Tuple[int, str]:
     """Run a snippet in torch's interpreter (not ours: they may differ), bounded in time."""
     exe = interpreter or sys.executable
     try:
-        p = subprocess.run([exe, "-c", code], capture_output=True, text=True, timeout=60)
+        # Marked handled: the start-up hook must not treat this probe as a training program.
+        env = dict(os.environ, **{rules.ENV_HANDLED: "probe"})
+        p = subprocess.run([exe, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     except (OSError, subprocess.TimeoutExpired) as e:
         return 1, str(e)
     return p.returncode, (p.stdout or p.stderr).strip()
@@ -285,6 +287,37 @@ def socket_ifnames(plan: rules.Plan, env: Mapping[str, str]) -> Tuple[Dict[str, 
     if ifname is None:
         return {}, [f"{'/'.join(wanted)} left unset: {detail}"]
     return {k: ifname for k in wanted}, []
+
+
+# A program that starts torch.distributed itself (env:// from MASTER_ADDR: Training Operator's
+# `python3 train.py`, vLLM or SGLang under LeaderWorkerSet) has no torchrun for the wrapper to
+# stand in front of; the start-up hook calls this in its first Python process instead.
+PIN_WAIT = 30.0  # seconds for this pod's DNS record, less than torchrun's wait: any Python pays it
+
+
+def pin_sockets(env: Optional[Dict[str, str]] = None, wait: float = PIN_WAIT) -> None:
+    """The socket pinning torchrun gets, into this process's env (its children inherit it and
+    skip this), with one line saying what was set or, where it could not be, the risk."""
+    target = os.environ if env is None else env
+    target[rules.ENV_HANDLED] = "env"
+    spread = settings(target)
+    plan = rules.Plan()
+    deadline = time.monotonic() + wait
+    while True:
+        extra, notes = socket_ifnames(plan, spread)
+        if extra or not notes or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    master = target.get("MASTER_ADDR", "")
+    if extra:
+        target.update(extra)
+        pinned = ", ".join(f"{k}={v}" for k, v in sorted(extra.items()))
+        log(f"torch.distributed without torchrun (MASTER_ADDR={master}): {pinned}, the interface of "
+            f"{spread.get(rules.ENV_LOCAL_ADDR)}")  # fmt: skip
+    elif notes:
+        log(f"warning: torch.distributed without torchrun (MASTER_ADDR={master}): {'; '.join(notes)}. Gloo may "
+            "advertise the node's host name's address (127.0.1.1 on many images) and the other nodes' connects "
+            "fail. " + _see("Gloo: `Gloo connectFullMesh failed … remote=[127.0.1.1]`"))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- main

@@ -504,3 +504,30 @@ def test_image_entrypoint_without_command_completes_from_pet_env(bed: Testbed, t
         runs.append(Run(f"ep-{task}", node, bed.popen(node, entrypoint, env, log), log))
     report("image entrypoint, PET_* env only, 2 nodes x 2 procs", wait_all(runs))
     assert_completed(runs, world=4)
+
+
+def test_torch_distributed_without_torchrun_gets_the_socket_pinning(bed: Testbed, tmp_path: Path) -> None:
+    """Training Operator's Master+Worker examples run `python3 train.py` (env:// from the
+    MASTER_ADDR, RANK and WORLD_SIZE it sets), no torchrun: on the seed's nodes (the host name
+    resolving to 127.0.1.1) Gloo advertises 127.0.1.1 and the other node's connects fail. Through
+    the webhook, the start-up hook pins GLOO_SOCKET_IFNAME when the program imports
+    torch.distributed, says so, and the job completes."""
+    n0, n1 = bed.nodes
+    bed.add_pod(n0, "py-master-0")
+    bed.add_pod(n1, "py-worker-0")
+    placed = []
+    for node, rtype, rank in ((n0, "master", 0), (n1, "worker", 1)):
+        env = {"MASTER_ADDR": "py-master-0", "MASTER_PORT": str(PORT), "WORLD_SIZE": "2", "RANK": str(rank)}
+        pod = pytorchjob_pod("py", "uid-3", rtype, 0, env)
+        pod["spec"]["containers"][0]["command"] = [sys.executable, SCRIPT]
+        placed.append((node, pod))
+    unwrapped = [launch_raw(bed, node, f"raw-{pod['metadata']['name']}", [sys.executable, SCRIPT], tmp_path,
+                            DDP_TIMEOUT="20", **{e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]})
+                 for node, pod in placed]  # fmt: skip
+    report("broken: env:// without torchrun, no GLOO_SOCKET_IFNAME", wait_all(unwrapped, bound=30))
+    assert not any("DDP-OK" in r.output for r in unwrapped)
+    assert any("127.0.1.1" in r.output for r in unwrapped), unwrapped[1].output[-3000:]
+    runs = run_wrapped(bed, placed, {}, tmp_path, "env:// without torchrun, wrapped", world=2)
+    for r, dev in zip(runs, ("a", "b"), strict=True):
+        said = [ln for ln in r.output.splitlines() if "torch.distributed without torchrun" in ln]
+        assert len(said) == 1 and re.search(rf"GLOO_SOCKET_IFNAME=v\w+{dev}, the interface of py-", said[0]), r.output
