@@ -100,23 +100,41 @@ def _expand_words(words: list[str], env: dict[str, str]) -> list[str] | None:
     return out
 
 
-def _without_torchrun(env: dict[str, str], row: Row) -> None:
+# Where a program that starts torch.distributed itself finds its peer: (address, port, rank) env.
+_OWN_RENDEZVOUS = (("MASTER_ADDR", "MASTER_PORT", "RANK"), ("PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NODE_RANK"))
+
+
+def _without_torchrun(env: dict[str, str], row: Row, wrapped: bool) -> None:
     """A command without torchrun: the program starts torch.distributed itself, from MASTER_ADDR
-    (env://, as Training Operator sets it), or not at all. The start-up hook pins its sockets."""
+    (env://, as Training Operator and Volcano's pytorch plugin set it; Trainer's PET_MASTER_ADDR)
+    or LeaderWorkerSet's LWS_LEADER_ADDRESS, or not at all. The start-up hook pins its sockets
+    where the bootstrap runs (a command of the pod's own); an image entrypoint gets no hook."""
     row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
-    master = env.get("MASTER_ADDR", "")
-    if not master:
-        row.backend = "no torchrun in the command and no MASTER_ADDR: no rendezvous of ours to preview"
-        return
-    row.backend = "env:// (no torchrun: the program starts torch.distributed from MASTER_ADDR)"
-    row.endpoint = f"{master}:{env.get('MASTER_PORT', '?')}"
-    rank = env.get("RANK", "")
-    row.store_host = "yes" if rank == "0" else "no" if rank.isdigit() else "decided at run time (RANK)"
-    row.nnodes = env.get("WORLD_SIZE", "")
-    row.warnings.append(
-        "no torchrun: the program starts torch.distributed itself (env://); the start-up hook pins "
-        "GLOO_SOCKET_IFNAME (NCCL_SOCKET_IFNAME where configured) when it imports torch.distributed"
-    )
+    for addr, port, rank_key in _OWN_RENDEZVOUS:
+        if env.get(addr):
+            row.backend = f"env:// (no torchrun: the program starts torch.distributed from {addr})"
+            row.endpoint = f"{env[addr]}:{env.get(port, '?')}"
+            rank = env.get(rank_key, "")
+            row.store_host = "yes" if rank == "0" else "no" if rank.isdigit() else f"decided at run time ({rank_key})"
+            row.nnodes = env.get("WORLD_SIZE", "") if addr == "MASTER_ADDR" else env.get("PET_NNODES", "")
+            break
+    else:
+        if not env.get("LWS_LEADER_ADDRESS"):
+            row.backend = "no torchrun and no MASTER_ADDR: no rendezvous of ours to preview"
+            return
+        row.backend = "the program's own rendezvous (no torchrun), at LWS_LEADER_ADDRESS"
+        row.endpoint = env["LWS_LEADER_ADDRESS"]
+    if wrapped:
+        row.warnings.append(
+            "no torchrun: the program starts torch.distributed itself; the start-up hook pins GLOO_SOCKET_IFNAME "
+            "(NCCL_SOCKET_IFNAME where configured) when it imports torch.distributed"
+        )
+    else:
+        row.warnings.append(
+            "no torchrun and no command: the image's entrypoint starts torch.distributed without the wrapper's "
+            "start-up hook, so nothing pins its sockets; Gloo may advertise the node's host name's address "
+            "(127.0.1.1 on many images): give the container a command, or set GLOO_SOCKET_IFNAME yourself"
+        )
 
 
 def decide(pod: Obj, result: Result, configmaps: dict[str, dict[str, str]], params: Params, row: Row) -> None:
@@ -139,7 +157,7 @@ def decide(pod: Obj, result: Result, configmaps: dict[str, dict[str, str]], para
         args = None
     expanded = _expand_words(args, env) if args is not None else None
     if expanded is None and not wrap.runs_torch_distributed(c):
-        _without_torchrun(env, row)
+        _without_torchrun(env, row, wrap.is_wrapped(c))
         return
     if expanded is None:
         row.backend = "decided at run time (torchrun's arguments are in a script or need the shell)"

@@ -170,7 +170,8 @@ def data(rows: list[preview.Row], others: list[str], unexpanded: int) -> dict[st
 
 
 def _exit_code(rows: list[preview.Row], unexpanded: int) -> int:
-    if preview.store_problems(rows) or any(r.refusal or (r.sent and not r.mutated) for r in rows):
+    # Left unchanged because the webhook could not handle it safely (not: no training pod, opted out).
+    if preview.store_problems(rows) or any(r.refusal or (r.sent and not r.mutated and r.result is None) for r in rows):
         return preview.EXIT_REFUSES
     if unexpanded:
         return unexpanded

@@ -66,6 +66,11 @@ def _is_torchrun() -> bool:
 ENV_HANDLED = "HOSTNET_RDMA_HANDLED"
 
 
+# Env that says a program may start torch.distributed itself: env:// (Training Operator,
+# Volcano's pytorch plugin), Trainer's PET_* for a program without torchrun, LeaderWorkerSet.
+_OWN_RENDEZVOUS = ("MASTER_ADDR", "PET_MASTER_ADDR", "LWS_LEADER_ADDRESS")
+
+
 def _hook() -> None:
     if os.environ.get(ENV_HANDLED) == str(os.getpid()):
         return
@@ -73,7 +78,7 @@ def _hook() -> None:
         import hostnet_rdma_torchrun  # type: ignore[import-not-found]
 
         hostnet_rdma_torchrun.intercept(sys.argv)
-    elif "MASTER_ADDR" in os.environ and ENV_HANDLED not in os.environ:
+    elif ENV_HANDLED not in os.environ and any(k in os.environ for k in _OWN_RENDEZVOUS):
         # A program that may start torch.distributed itself (env://): the same socket pinning,
         # once it imports torch.distributed (not in every Python the container runs). Its
         # children inherit the result and the mark.

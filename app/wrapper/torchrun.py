@@ -308,14 +308,16 @@ def pin_sockets(env: Optional[Dict[str, str]] = None, wait: float = PIN_WAIT) ->
         if extra or not notes or time.monotonic() >= deadline:
             break
         time.sleep(1.0)
-    master = target.get("MASTER_ADDR", "")
+    master = next(
+        (f"{k}={target[k]}" for k in ("MASTER_ADDR", "PET_MASTER_ADDR", "LWS_LEADER_ADDRESS") if target.get(k)), ""
+    )
     if extra:
         target.update(extra)
         pinned = ", ".join(f"{k}={v}" for k, v in sorted(extra.items()))
-        log(f"torch.distributed without torchrun (MASTER_ADDR={master}): {pinned}, the interface of "
+        log(f"torch.distributed without torchrun ({master}): {pinned}, the interface of "
             f"{spread.get(rules.ENV_LOCAL_ADDR)}")  # fmt: skip
     elif notes:
-        log(f"warning: torch.distributed without torchrun (MASTER_ADDR={master}): {'; '.join(notes)}. Gloo may "
+        log(f"warning: torch.distributed without torchrun ({master}): {'; '.join(notes)}. Gloo may "
             "advertise the node's host name's address (127.0.1.1 on many images) and the other nodes' connects "
             "fail. " + _see("Gloo: `Gloo connectFullMesh failed … remote=[127.0.1.1]`"))  # fmt: skip
 

@@ -678,6 +678,26 @@ def test_volcano_example_completes(cluster: Cluster, installed: dict[str, float]
     cluster.kubectl("delete", "vcjob", "ddp-volcano", "-n", ML, "--wait=true", "--timeout=60s")
 
 
+def test_the_shipped_train_script_runs_in_the_volcano_example(cluster: Cluster, installed: dict[str, float]) -> None:
+    """The quick start as a newcomer runs it: deploy/examples/train-script.yaml applied as
+    shipped (`kubectl apply -f`, unchanged) beside the Volcano example above; every rank of both
+    nodes says its all_reduce summed right (gloo here; NCCL where there are GPUs)."""
+    cluster.kubectl("apply", "-f", str(EXAMPLES / "train-script.yaml"))
+    try:
+        found = run_volcano(cluster, example("volcano-job", ML, image_ref(cluster, "train"), torch_sites()),
+                            "ddp-volcano", "Volcano Job (example, its shipped script) to Completed")  # fmt: skip
+        world = 2 * NPROC
+        # The ranks of a pod print at once through torchrun: their lines may share one line.
+        ranks = re.findall(rf"rank (\d+)/{world} on [^:]*: all_reduce ok over gloo", "\n".join(found.values()))
+        assert sorted(ranks) == [str(r) for r in range(world)], "\n---\n".join(found.values())[-4000:]
+    finally:
+        cluster.kubectl("delete", "vcjob", "ddp-volcano", "-n", ML, "--wait=true", "--timeout=60s", check=False)
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ddp-script", "namespace": ML},
+              "data": {"train.py": SCRIPT.read_text()}}  # fmt: skip
+        cluster.kubectl("delete", "configmap", "ddp-script", "-n", ML, check=False)
+        launchers.apply_with_retry(cluster, [cm])
+
+
 def seed_volcano_c10d(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     """The seed's file as written: opted in or not by its namespace's label alone."""
     return example("volcano-c10d", namespace, image_ref(cluster, "train"), torch_sites(), SEED)

@@ -1,0 +1,217 @@
+"""The job files users copy from the launchers' own repositories (tests/corpus/, each with its
+source and commit in its first line), edited only to add `hostNetwork: true` to every pod
+template (done here, so the files stay verbatim). For each, the preview must account for every
+object and give every job a verdict a user can act on: one store host and a local address for
+each pod, or a named refusal, or a named kind it cannot expand. And where a pod runs torchrun,
+the decision the wrapper makes at run time on the argv **bash** produces (a fake `torchrun`
+first on PATH records it) equals the preview's. tests/corpus/README.md has the table."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app import controllers, preview, review
+from app.cli.common import preview_config
+from app.cli.explain import data
+from app.core import selection
+from app.core import wrap as core_wrap
+from app.wrapper import rules
+
+CORPUS = Path(__file__).parent / "corpus"
+RUNTIME = CORPUS / "trainer" / "runtime-torch-distributed.yaml"
+FILES = sorted(p for p in CORPUS.glob("*/*.yaml") if p != RUNTIME)
+# What each file's preview says, as tests/corpus/README.md's table shows it: ok (every pod's
+# rendezvous previewed, one store host per job), refused (named), own (the program's own
+# rendezvous: no torchrun), none (plumbed, but runs no torch.distributed we can see), plain (no
+# training pod: left as it is), unexpanded (named, exit 4).
+VERDICTS = {
+    "jobset/pytorch-cnn-mnist": "ok", "jobset/pytorch-mnist": "ok",
+    "jobset/pytorch-resnet": "refused", "jobset/pytorch-resnet-cifar10": "refused",
+    "jobset/pytorch-v1alpha1": "refused",
+    "kueue/appwrapper-pytorch-sample": "unexpanded", "kueue/sample-job": "plain",
+    "kueue/sample-jobset-tas-required": "none", "kueue/sample-pytorchjob": "own",
+    "lws/sample": "own", "lws/sglang": "own", "lws/tensorrt-llm": "own", "lws/vllm-gpu": "own",
+    "trainer/multi-node": "own", "trainer/pytorch-simple": "own",
+    "training-operator/cpu-demo": "ok", "training-operator/deepspeed-demo": "ok",
+    "training-operator/elastic-echo": "ok", "training-operator/elastic-imagenet": "ok",
+    "training-operator/mnist-gloo": "own", "training-operator/mnist-nccl": "own",
+    "training-operator/mnist2-sample": "own", "training-operator/sendrecv": "own",
+    "training-operator/simple": "own", "volcano/pytorch-plugin": "own",
+}  # fmt: skip
+
+
+def host_network(x: Any) -> None:
+    if isinstance(x, dict):
+        if isinstance(x.get("containers"), list):
+            x["hostNetwork"] = True
+        for v in x.values():
+            host_network(v)
+    elif isinstance(x, list):
+        for v in x:
+            host_network(v)
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text()
+    if path.parent.name == "trainer":  # a TrainJob names its runtime: the one Trainer ships
+        text += "\n---\n" + RUNTIME.read_text()
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    host_network(docs)
+    return docs
+
+
+def preview_of(docs: list[dict[str, Any]]) -> tuple[list[preview.Row], list[Any]]:
+    cfg = preview_config(None, None)  # the chart's defaults, as `explain -f` previews
+    expansions = controllers.expand(docs, "default", None)
+    configmaps = {k: v for ex in expansions for k, v in ex.configmaps.items()}
+    rows = preview.rows(expansions, lambda ns: review.params_for(cfg, ns), selection.from_config(cfg), None, configmaps)
+    return rows, [ex for ex in expansions if not ex.pods]
+
+
+def verdict(rows: list[preview.Row], others: list[Any]) -> str:
+    if any(ex.unexpanded for ex in others):
+        return "unexpanded"
+    if any(r.refusal for r in rows):
+        return "refused"
+    if all(r.result is not None and r.result.info is None for r in rows):
+        return "plain"
+    if all(r.backend.startswith("no torchrun and no MASTER_ADDR") for r in rows if r.mutated):
+        return "none"
+    if all(r.backend.startswith(("env://", "the program's own")) for r in rows if r.mutated):
+        return "own"
+    return "ok"
+
+
+def test_the_corpus_is_as_documented() -> None:
+    assert len(FILES) >= 25
+    assert {f"{p.parent.name}/{p.stem}" for p in FILES} == set(VERDICTS)
+    for p in [*FILES, RUNTIME]:
+        first = p.read_text().splitlines()[0]
+        assert first.startswith("# Corpus: https://github.com/") and "/blob/" in first, p
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_corpus_job_gets_a_verdict_a_user_can_act_on(path: Path) -> None:
+    rows, others = preview_of(load(path))
+    said = verdict(rows, others)
+    assert said == VERDICTS[f"{path.parent.name}/{path.stem}"], [(r.pod, r.backend, r.refusal, r.reason) for r in rows]
+    if said == "unexpanded":
+        assert others and all(ex.note for ex in others), others
+        return
+    assert rows
+    for r in rows:
+        if said == "refused":
+            assert r.refusal, r.pod  # every pod says why its wrapper would refuse
+        elif said in ("ok", "own") and r.mutated:
+            assert r.local_addr or not core_wrap.is_wrapped(_container(r)), r.pod
+    if said in ("ok", "own"):
+        # One store host per job wherever the rows say who hosts (LWS's own rendezvous: its leader).
+        assert not preview.store_problems([r for r in rows if r.store_host in ("yes", "no")]), rows
+    code = data(rows, [], 0)["exitCode"]
+    assert code == (1 if said == "refused" else 0), (path, code)
+
+
+def _container(r: preview.Row) -> dict[str, Any]:
+    assert r.result is not None
+    return next(c for c in r.result.pod["spec"]["containers"] if c["name"] == r.result.training[0])
+
+
+# ------------------------------------------------------------------------------ bash's argv
+FAKE = """#!{python}
+import json, os, sys
+with open(os.environ["ARGV_OUT"], "w") as f:
+    json.dump(sys.argv[1:] if not sys.argv[0].endswith("python") else sys.argv[3:], f)
+"""
+
+
+def bash_argv(container: dict[str, Any], env: dict[str, str], tmp: Path) -> list[str] | None:
+    """The argv bash hands torchrun for this container's command and env (None: no torchrun ran)."""
+    argv = core_wrap.original_argv(container)
+    bindir = tmp / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name in ("torchrun", "python", "python3"):
+        (bindir / name).write_text(FAKE.format(python=sys.executable))
+        (bindir / name).chmod(0o755)
+    out = tmp / "argv.json"
+    out.unlink(missing_ok=True)
+    # Only the fakes on PATH: nothing else of the command runs (pip, sleep, install scripts).
+    run_env = {**env, "PATH": str(bindir), "ARGV_OUT": str(out), "HOME": str(tmp)}
+    if argv and os.path.basename(argv[0]) in ("bash", "sh"):
+        argv = [shutil.which("bash") or "/bin/bash", *argv[1:]]
+    else:
+        argv = [str(bindir / os.path.basename(argv[0])), *argv[1:]] if argv else []
+    if not argv:
+        return None
+    subprocess.run(argv, env=run_env, cwd=tmp, capture_output=True, timeout=30)
+    if not out.exists():
+        return None
+    got: list[str] = json.loads(out.read_text())
+    # `python -m torch.distributed.run ARGS`: the fake python saw `-m torch.distributed.run ARGS`.
+    return got
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if VERDICTS[f"{p.parent.name}/{p.stem}"] in ("ok", "refused")],
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")  # fmt: skip
+def test_the_run_time_decision_on_bashs_argv_equals_the_preview(path: Path, tmp_path: Path) -> None:
+    rows, _ = preview_of(load(path))
+    for r in rows:
+        assert r.result is not None and r.result.info is not None
+        c = _container(r)
+        env = preview.runtime_env(r.result.pod, c, {})
+        settings = core_wrap.settings_of(c)
+        argv = bash_argv(c, env, tmp_path)
+        assert argv is not None, r.pod
+        full = rules.unpack({**env, rules.ENV_POD: settings or ""})
+        try:
+            _, plan = rules.merge(argv, full)
+        except rules.ArgvError as e:
+            assert r.refusal and str(e) in r.refusal, (r.pod, e)
+            continue
+        if r.refusal:
+            assert plan.fatal and plan.fatal in r.refusal, (r.pod, plan.fatal, r.refusal)
+            continue
+        assert (plan.endpoint or "-") == (r.endpoint or "-"), (r.pod, plan.endpoint, r.endpoint)
+        if plan.backend == "static":  # node rank 0 hosts the store at --master-addr
+            rank = rules.effective(rules.Argv(argv), full, "--node-rank")[0]
+            assert ("yes" if rank == "0" else "no" if rank else "node rank 0") == r.store_host, (r.pod, rank)
+            assert (rules.effective(rules.Argv(argv), full, "--nnodes")[0] or "1") == r.nnodes, r.pod
+            continue
+        assert plan.local_addr == r.local_addr, (r.pod, plan.local_addr, r.local_addr)
+        host = {"true": "yes", "false": "no"}.get(str(plan.is_host), r.store_host)
+        assert host == r.store_host, (r.pod, plan.is_host, r.store_host)
+
+
+def corpus_table() -> str:
+    """tests/corpus/README.md's table, from the previews themselves (`REFRESH_GOLDEN=1` writes it)."""
+    lines = ["| file | launcher | pods | store hosts | verdict |", "|---|---|---|---|---|"]
+    for path in FILES:
+        rows, others = preview_of(load(path))
+        launchers = sorted({r.launcher for r in rows if r.launcher}) or [ex.source.split("/")[0] for ex in others]
+        hosts = [r.pod for r in rows if r.store_host == "yes"]
+        said = verdict(rows, others)
+        detail = {"refused": next((r.refusal for r in rows if r.refusal), "")[:90] + "…",
+                  "unexpanded": next((ex.note for ex in others if ex.unexpanded), "")[:90] + "…",
+                  "own": rows[0].backend if rows else "", "none": rows[0].backend if rows else "",
+                  "plain": rows[0].reason[:90] + "…" if rows else "",
+                  "ok": f"{rows[0].backend} rendezvous" if rows else ""}[said]  # fmt: skip
+        lines.append(f"| `{path.parent.name}/{path.name}` | {', '.join(launchers)} | {len(rows)} | "
+                     f"{', '.join(hosts) or '-'} | **{said}**: {detail} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def test_the_corpus_readme_table_is_what_the_preview_says() -> None:
+    readme = CORPUS / "README.md"
+    table = corpus_table()
+    if os.environ.get("REFRESH_GOLDEN"):
+        head = readme.read_text().split("| file |")[0]
+        readme.write_text(head + table)
+    assert table in readme.read_text()
