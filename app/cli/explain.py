@@ -4,7 +4,8 @@ what the webhook decided. A job file (any launcher): one row per pod its control
 (local address, endpoint, store host, node count) and every warning.
 
 Exit codes: 0 every pod is mutated and its wrapper would start; 1 a pod's wrapper would refuse
-to start, a pod would be left unchanged, or a job's pods would not host exactly one rendezvous
+to start, a pod would be left unchanged as one the webhook cannot handle safely (not: a pod that
+is no training pod, or opted out), or a job's pods would not host exactly one rendezvous
 store; 2 bad input or a cluster that cannot be read; 3 a pod would not be sent to the webhook;
 4 the file holds a workload the preview cannot expand into pods; 141 the reader closed the pipe."""
 
