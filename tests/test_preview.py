@@ -315,27 +315,6 @@ def test_the_explain_table_agrees_with_its_notes(tmp_path: Path) -> None:
     assert shared and shared[0].startswith("j-0-…, j-1-…: "), notes
 
 
-TRAINING_OPERATOR_PYTHON = """
-apiVersion: kubeflow.org/v1
-kind: PyTorchJob
-metadata: {name: mnist, namespace: ml}
-spec:
-  pytorchReplicaSpecs:
-    Master:
-      replicas: 1
-      template:
-        spec:
-          hostNetwork: true
-          containers:
-          - {name: pytorch, image: pytorch-mnist, command: ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"]}
-    Worker:
-      replicas: 1
-      template:
-        spec:
-          hostNetwork: true
-          containers:
-          - {name: pytorch, image: pytorch-mnist, command: ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"]}
-"""
 
 
 def test_a_program_without_torchrun_is_previewed_as_env_init_with_one_store(tmp_path: Path) -> None:
@@ -344,13 +323,15 @@ def test_a_program_without_torchrun_is_previewed_as_env_init_with_one_store(tmp_
     rank 0's pod hosts the store, and a note says the start-up hook pins the sockets."""
     from tests.cliutil import run_cli
 
-    f = tmp_path / "job.yaml"
-    f.write_text(TRAINING_OPERATOR_PYTHON)
+    from tests.test_corpus import CORPUS, load
+
+    f = tmp_path / "job.yaml"  # Training Operator's own examples/pytorch/simple.yaml, host network
+    f.write_text(yaml.safe_dump_all(load(CORPUS / "training-operator" / "simple.yaml")))
     out = run_cli("explain", "-f", str(f), "-o", "json")
     assert out.returncode == 0, out.stdout + out.stderr
     pods = json.loads(out.stdout)["pods"]
     assert [p["storeHost"] for p in pods] == ["yes", "no"]
-    assert {p["endpoint"] for p in pods} == {"mnist-master-0:23456"}
+    assert {p["endpoint"] for p in pods} == {"pytorch-simple-master-0:23456"}
     assert all(p["backend"].startswith("env:// (no torchrun") for p in pods)
     assert all(any("the start-up hook pins GLOO_SOCKET_IFNAME" in w for w in p["warnings"]) for p in pods)
     assert "arguments are in a script" not in out.stdout
