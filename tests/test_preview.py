@@ -322,7 +322,6 @@ def test_a_program_without_torchrun_is_previewed_as_env_init_with_one_store(tmp_
     "torchrun's arguments are in a script" and showed no store; now the endpoint is MASTER_ADDR,
     rank 0's pod hosts the store, and a note says the start-up hook pins the sockets."""
     from tests.cliutil import run_cli
-
     from tests.test_corpus import CORPUS, load
 
     f = tmp_path / "job.yaml"  # Training Operator's own examples/pytorch/simple.yaml, host network
