@@ -315,8 +315,6 @@ def test_the_explain_table_agrees_with_its_notes(tmp_path: Path) -> None:
     assert shared and shared[0].startswith("j-0-…, j-1-…: "), notes
 
 
-
-
 def test_a_program_without_torchrun_is_previewed_as_env_init_with_one_store(tmp_path: Path) -> None:
     """Training Operator's own Master+Worker example runs `python3 mnist.py`: the preview said
     "torchrun's arguments are in a script" and showed no store; now the endpoint is MASTER_ADDR,
