@@ -68,6 +68,7 @@ class _Wrapper(_Strict):
     min_torch: str = Field(_D.min_torch, alias="minTorch", pattern=r"^\d+(\.\d+){0,2}$")
     rdzv_port: int = Field(_D.rdzv_port, alias="rdzvPort", ge=1, le=65535)
     rdzv_port_span: int = Field(_D.rdzv_port_span, alias="rdzvPortSpan", ge=1, le=10000)
+    store_host_port: bool = Field(_D.store_host_port, alias="storeHostPort")
     # (the core keeps these as plain strings; the file accepts only the listed values)
     fabric_preflight: Literal["warn", "strict", "off"] = Field(cast(Any, _D.fabric_preflight), alias="fabricPreflight")
     require_rdma: bool = Field(_D.require_rdma, alias="requireRdma")

@@ -150,6 +150,9 @@ class InjectConfig:
     # Launcher-default endpoints get a port per job in [rdzv_port, rdzv_port + span): jobs that
     # share nodes would otherwise bind one host port. 1: every job on rdzv_port.
     rdzv_port_span: int = 1000
+    # Declare the store's port (a host port, on the host network) on the pod that hosts it, so
+    # the scheduler keeps two stores of one port off one node.
+    store_host_port: bool = True
     dns_timeout_seconds: int = 300
     min_torch: str = "2.5"
     fabric_preflight: str = "warn"

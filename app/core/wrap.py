@@ -445,6 +445,8 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
             _pet_fallback(c, env, ctx, owned)
             continue
         _endpoint_check(c, ctx, owned)
+        if not wrapped_any:
+            _store_port(spec, c, ctx)
         rest = _unwrapped(c["command"])
         rest = list(c["command"]) if rest is None else rest
         # The settings are the bootstrap's first argument (it exports them as HOSTNET_RDMA_POD):
@@ -479,6 +481,43 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         if delivery == "initContainer":
             _add_init_container(spec, image, pull, _init_resources(containers[ctx.training[0]], cfg.init_resources))
     return None
+
+
+STORE_PORT_NAME = "hostnet-rdzv"
+_OWN_ENDPOINT_FLAGS = ("--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--master_addr")
+
+
+def _store_port(spec: Obj, c: Obj, ctx: Context) -> None:
+    """On the pod that hosts the job's c10d store at the launcher's default endpoint, declare the
+    store's port on its (first) training container. On the host network a container port is a
+    host port, and the scheduler never puts two pods asking for one host port on one node: two
+    jobs whose store ports collide (a hash over rdzvPortSpan, or a pinned port) then wait for
+    each other instead of one store failing to bind. Left out where the command names its own
+    endpoint (its port is the command's), or any container already declares that port."""
+    info = ctx.info
+    endpoint = info.rdzv_endpoint
+    if not ctx.params.config.store_host_port or not endpoint or info.rdzv_backend not in ("", "c10d") or ":" not in endpoint:
+        return
+    port_text = endpoint.rsplit(":", 1)[1]
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return
+    cfg = ctx.params.config
+    if not rules.is_own_endpoint(endpoint, info.identities(ctx.params.namespace, cfg.cluster_domain)):
+        return
+    try:
+        words = torchrun_args(c) or []
+    except ScriptTooLarge:
+        return
+    if any(w.split("=", 1)[0] in _OWN_ENDPOINT_FLAGS for w in words) or Env(c).get("PET_RDZV_ENDPOINT") is not None:
+        return
+    port = int(port_text)
+    declared = [p for x in spec.get("containers") or [] for p in (x.get("ports") or []) if isinstance(p, dict)]
+    if any(port in (p.get("containerPort"), p.get("hostPort")) for p in declared):
+        return
+    entry: Obj = {"containerPort": port, "hostPort": port, "protocol": "TCP"}
+    if not any(p.get("name") == STORE_PORT_NAME for p in declared):
+        entry["name"] = STORE_PORT_NAME
+    child_list(c, "ports").append(entry)
 
 
 # What the init container mirrors of the training container's resources: never its GPUs or RDMA

@@ -406,6 +406,72 @@ def test_two_jobs_on_the_same_nodes_at_once_each_get_a_store_port(
             cluster.kubectl("delete", "jobset", name, "-n", ML, "--wait=false", check=False)
 
 
+def test_two_stores_forced_onto_one_port_on_one_node_wait_for_each_other(
+    cluster: Cluster, installed: dict[str, float]
+) -> None:
+    """Two JobSets pinned to one store port (hostnet-rdma.io/rdzv-port) and to one node: without
+    the port declared, the second store would fail to bind while the first job runs. The webhook
+    declares it on each store host, so the scheduler holds the second one Pending (free ports)
+    until the first job is done; then it runs, and both complete."""
+    port = "24999"
+    node = cluster.nodes[0]
+    docs: list[dict[str, Any]] = []
+    for name in ("ddp-port-a", "ddp-port-b"):
+        (js,) = example("jobset", ML, image_ref(cluster, "train"), torch_sites())
+        js["metadata"]["name"] = name
+        tmpl = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        tmpl.setdefault("metadata", {}).setdefault("annotations", {})["hostnet-rdma.io/rdzv-port"] = port
+        pod = tmpl["spec"]
+        pod["nodeSelector"] = {**pod.get("nodeSelector", {}), "kubernetes.io/hostname": node}
+        for c in pod["containers"]:
+            c.get("resources", {}).get("limits", {}).pop(GPU, None)
+            c.get("resources", {}).get("requests", {}).pop(GPU, None)
+            # One rank a pod; the waiting job's other pod keeps trying the store for 5 minutes.
+            c["command"] = [
+                x
+                for a in c["command"]
+                for x in (
+                    ["--nproc-per-node=1", "--rdzv-conf=read_timeout=300"] if a == f"--nproc-per-node={NPROC}" else [a]
+                )
+            ]
+        docs.append(js)
+    t0 = time.monotonic()
+    launchers.apply_with_retry(cluster, docs[:1])
+    wait_for(lambda: any(p["status"].get("phase") == "Running"
+                         for p in pods(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-port-a")), 120, "job a running")  # fmt: skip
+    launchers.apply_with_retry(cluster, docs[1:])
+    try:
+        held = ""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not held:
+            for p in pods(cluster, ML, "jobset.sigs.k8s.io/jobset-name=ddp-port-b"):
+                for cond in p["status"].get("conditions") or []:
+                    if cond.get("type") == "PodScheduled" and "free ports" in (cond.get("message") or ""):
+                        held = f"{p['metadata']['name']}: {cond['message']}"
+            time.sleep(1)
+        assert held, "job b's store host was never held back by the port"
+        log(f"held by the scheduler: {held}")
+        for name in ("ddp-port-a", "ddp-port-b"):
+            outcome = condition(cluster, "jobset", ML, name, ("Completed", "Failed"), 400)
+            selector = f"jobset.sigs.k8s.io/jobset-name={name}"
+            assert outcome == "Completed", failure_report(cluster, ML, selector)
+            fields = check_one_store_host(logs_of(cluster, ML, selector), "jobset", world=2)
+            assert {f["endpoint"].rsplit(":", 1)[1] for f in fields} == {port}, fields
+        TIMINGS["two stores pinned to one port on one node: the second Pending, then both Completed"] = (
+            time.monotonic() - t0
+        )
+    finally:
+        for name in ("ddp-port-a", "ddp-port-b"):
+            cluster.kubectl("delete", "jobset", name, "-n", ML, "--wait=false", check=False)
+
+
+def wait_for(ready: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
+        time.sleep(1)
+
+
 def seed_trainjob(cluster: Cluster, job_file: str) -> list[dict[str, Any]]:
     """The field report's Trainer v2.3.0 runtime and a TrainJob of its, as written, with the
     test-machine changes; the namespace's label is the opt-in (no pod label)."""
