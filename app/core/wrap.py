@@ -496,7 +496,12 @@ def _store_port(spec: Obj, c: Obj, ctx: Context) -> None:
     endpoint (its port is the command's), or any container already declares that port."""
     info = ctx.info
     endpoint = info.rdzv_endpoint
-    if not ctx.params.config.store_host_port or not endpoint or info.rdzv_backend not in ("", "c10d") or ":" not in endpoint:
+    if (
+        not ctx.params.config.store_host_port
+        or not endpoint
+        or info.rdzv_backend not in ("", "c10d")
+        or ":" not in endpoint
+    ):
         return
     port_text = endpoint.rsplit(":", 1)[1]
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
