@@ -123,8 +123,12 @@ def test_the_kubectl_plugin_takes_kubectls_flags_anywhere() -> None:
     assert p.returncode == 2 and "e2e has no use for it: -n does not apply" in p.stderr
     # Serving the webhook is not a kubectl job; no command prints the usage.
     assert _plugin("serve").returncode == 2
-    p = _plugin()
-    assert p.returncode == 0 and "usage: kubectl hostnet-rdma {explain,verify,mutate,doctor,e2e}" in p.stderr
+    p = _plugin()  # no command, or --help: what each command is for, not one line
+    assert p.returncode == 0 and "explain  why a pod was, or would be, mutated or not" in p.stdout
+    assert "commands here: explain, verify, mutate, doctor, e2e, help" in p.stdout
+    assert _plugin("--help").stdout == p.stdout
+    p = _plugin("bogus")
+    assert p.returncode == 2 and "usage: kubectl hostnet-rdma {explain,verify,mutate,doctor,e2e,help}" in p.stderr
     p = _plugin("verify", "--help")
     assert p.returncode == 0 and "usage: kubectl hostnet-rdma verify" in p.stdout and "--context" in p.stdout
 

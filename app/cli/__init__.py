@@ -6,10 +6,11 @@ explain  why a pod was, or would be, mutated or not
 verify   check a training pod's log: NCCL over IB with GDRDMA, the wrapper's line
 doctor   check a node's RDMA fabric against an NCCL profile
 e2e      run a 2-node job per launcher through the webhook and check it end to end
+help     the troubleshooting section a message names (`hostnet-rdma help TOPIC`)
 
 As a kubectl plugin (the `kubectl-hostnet_rdma` executable this package installs):
-`kubectl hostnet-rdma explain|mutate|verify|doctor|e2e ...`, with kubectl's --kubeconfig, --context
-and -n/--namespace anywhere on the line.
+`kubectl hostnet-rdma explain|mutate|verify|doctor|e2e|help ...`, with kubectl's --kubeconfig,
+--context and -n/--namespace anywhere on the line.
 """
 
 # One module per command (app/cli/<command>.py, each with register() and its cmd_ function);
@@ -95,7 +96,8 @@ def _everyday(e: Exception) -> str | None:
 # What the kubectl plugin offers (serving the webhook is not a kubectl job), and which of
 # kubectl's global flags each command takes.
 PLUGIN_COMMANDS = {"explain": ("-n", "--kubeconfig", "--context"), "verify": ("-n", "--kubeconfig", "--context"),
-                   "mutate": ("-n", "--kubeconfig", "--context"), "doctor": ("--kubeconfig", "--context"), "e2e": ("--kubeconfig", "--context")}  # fmt: skip
+                   "mutate": ("-n", "--kubeconfig", "--context"), "doctor": ("--kubeconfig", "--context"), "e2e": ("--kubeconfig", "--context"),
+                   "help": ()}  # fmt: skip
 
 
 def kubectl_main(argv: list[str] | None = None) -> int:
@@ -113,9 +115,14 @@ def kubectl_main(argv: list[str] | None = None) -> int:
     given, rest = flags.parse_known_args(words)
     command = next((w for w in rest if not w.startswith("-")), None)
     if command not in PLUGIN_COMMANDS:
-        print(f"usage: kubectl hostnet-rdma {{{','.join(PLUGIN_COMMANDS)}}} ...  (see kubectl hostnet-rdma COMMAND --help)",
+        if not rest or rest[0] in ("-h", "--help"):
+            print(__doc__.replace("hostnet-rdma ", "kubectl hostnet-rdma ", 1).split("\n\nAs a kubectl plugin")[0])
+            print(f"\nkubectl hostnet-rdma COMMAND --help for a command's options; commands here: "
+                  f"{', '.join(PLUGIN_COMMANDS)} (serve runs as the webhook, not from kubectl).")  # fmt: skip
+            return 0
+        print(f"usage: kubectl hostnet-rdma {{{','.join(PLUGIN_COMMANDS)}}} ...  (see kubectl hostnet-rdma --help)",
               file=sys.stderr)  # fmt: skip
-        return 0 if not rest or rest[0] in ("-h", "--help") else 2
+        return 2
     forwarded: list[str] = []
     for flag, value in (("-n", given.namespace), ("--kubeconfig", given.kubeconfig), ("--context", given.context)):
         if value is None:
