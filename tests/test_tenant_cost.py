@@ -190,6 +190,11 @@ def test_windows_pods_are_left_alone() -> None:
     assert not result.changed and "Windows" in result.reason
     out = review.answer(body_of(pod(os={"name": "windows"})), PARAMS)
     assert b'"patch"' not in out.body and any("Windows" in w for w in out.warnings)
+    # A Windows pod that opted out asked for nothing: no warning about what it did not get.
+    opted_out = pod(os={"name": "windows"})
+    opted_out["metadata"]["labels"]["hostnet-rdma.io/inject"] = "disabled"
+    result = mutate(opted_out, PARAMS)
+    assert not result.changed and not result.warnings and "opts out" in result.reason
 
 
 @pytest.mark.parametrize("path", ["/hostnet-rdma", "/hostnet-rdma/", "/"])

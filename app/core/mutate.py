@@ -358,17 +358,17 @@ def mutate(pod: Obj, params: Params) -> Result:
     _check_shape(pod)
     if pod["spec"].get("hostNetwork") is not True:
         return Result(pod=pod, changed=False, reason="not a hostNetwork pod")
+    label = pod_labels(pod).get(names.INJECT_LABEL)
+    if label == names.INJECT_DISABLED:
+        # The webhook's objectSelector keeps such pods away; a request that names one anyway
+        # changes nothing either (and says nothing: the pod asked for that).
+        return Result(pod=pod, changed=False, reason=f"the pod opts out: label {names.INJECT_LABEL}={label}")
     os_spec = pod["spec"].get("os")
     if isinstance(os_spec, dict) and os_spec.get("name") == "windows":
         # The API server refuses privileged, capabilities, allowPrivilegeEscalation and
         # readOnlyRootFilesystem on Windows pods: what we add would fail the pod's creation.
         why = "a Windows pod (spec.os.name: windows): RDMA plumbing is for Linux pods; left unchanged"
         return Result(pod=pod, changed=False, warnings=[why], reason=why)
-    label = pod_labels(pod).get(names.INJECT_LABEL)
-    if label == names.INJECT_DISABLED:
-        # The webhook's objectSelector keeps such pods away; a request that names one anyway
-        # changes nothing either.
-        return Result(pod=pod, changed=False, reason=f"the pod opts out: label {names.INJECT_LABEL}={label}")
     out = _writable(pod)
     warnings: list[str] = []
     meta = out.setdefault("metadata", {})
