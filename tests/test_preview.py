@@ -268,9 +268,28 @@ def test_every_object_of_a_file_is_accounted_for(command: str, tmp_path: Path) -
     out = run_cli(command, "-f", str(f))
     said = out.stdout + out.stderr
     assert out.returncode == preview.EXIT_NOT_PREVIEWED == 4, said
-    assert "Deployment/dep: holds pod templates, but the preview cannot expand kind Deployment" in said
-    assert "MPIJob/mpi: holds pod templates" in said
+    assert "MPIJob/mpi: holds pod templates, but the preview cannot expand kind MPIJob" in said
     assert "not workloads (no pods): ConfigMap/cfg, ClusterQueue/cq" in said
+    # The Deployment is expanded now: its ReplicaSet's two pods, without a stable DNS name.
+    assert "Deployment/dep" in said and "holds pod templates, but the preview cannot expand kind Deployment" not in said
+
+
+def test_a_deployment_a_replicaset_and_a_daemonset_are_previewed_as_their_pods(tmp_path: Path) -> None:
+    """Their pods have no stable DNS name: the preview shows the plumbing and the warning that
+    torchrun cannot be wrapped, instead of an empty table."""
+    dep = yaml.safe_load(MIXED.split("---")[1])
+    for kind, pods in (("Deployment", 2), ("ReplicaSet", 2), ("DaemonSet", 1)):
+        obj = {**dep, "kind": kind}
+        f = tmp_path / f"{kind}.yaml"
+        f.write_text(yaml.safe_dump(obj))
+        out = run_cli("explain", "-f", str(f), "-o", "json")
+        assert out.returncode == 0, out.stdout + out.stderr
+        rows = json.loads(out.stdout)["pods"]
+        assert len(rows) == pods and all(r["mutated"] for r in rows), rows
+        assert all(any("no stable DNS name for this pod" in w for w in r["warnings"]) for r in rows), rows
+        listed = json.loads(run_cli("mutate", "-f", str(f), "-o", "json").stdout)
+        owner = {p["metadata"]["ownerReferences"][0]["kind"] for p in listed.get("items", [listed])}
+        assert owner == {"ReplicaSet" if kind != "DaemonSet" else "DaemonSet"}, owner
 
 
 def test_a_file_of_known_workloads_and_plain_objects_exits_as_before(tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ def add_preview_args(parser: Any) -> None:
     """What a preview of job files is computed against: the installed webhook or a config."""
     parser.add_argument("-f", "--file", action="append", default=[],
                         help="what you apply (YAML or JSON, several documents, - for stdin): a Pod, Job, StatefulSet, "
-                             "JobSet, LeaderWorkerSet, PyTorchJob, TrainJob (+ its runtime), Volcano Job; repeatable")  # fmt: skip
+                             "Deployment, ReplicaSet, DaemonSet, JobSet, LeaderWorkerSet, PyTorchJob, TrainJob (+ its runtime), Volcano Job; repeatable")  # fmt: skip
     parser.add_argument("--config", help="the chart's config: block, a values file, or the webhook's config file "
                                          "(default: the chart's defaults, as a default install)")  # fmt: skip
     parser.add_argument("--kube-version", default=None, type=_kube_version,

@@ -21,13 +21,19 @@ EXPANDERS: dict[tuple[str, str], Callable[[Obj], list[Obj]]] = {
     ("", "Pod"): batch.pod,
     ("batch", "Job"): batch.job,
     ("apps", "StatefulSet"): batch.statefulset,
+    ("apps", "Deployment"): batch.deployment,
+    ("apps", "ReplicaSet"): batch.replicaset,
+    ("apps", "DaemonSet"): batch.daemonset,
     ("jobset.x-k8s.io", "JobSet"): trainer.jobset,
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): lws.leaderworkerset,
     ("kubeflow.org", "PyTorchJob"): kubeflow.pytorchjob,
     ("batch.volcano.sh", "Job"): volcano.job,
 }
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
-SUPPORTED = "Pod, Job, StatefulSet, JobSet, LeaderWorkerSet, PyTorchJob, TrainJob, Volcano Job"
+SUPPORTED = (
+    "Pod, Job, StatefulSet, Deployment, ReplicaSet, DaemonSet (one pod shown), JobSet, LeaderWorkerSet, PyTorchJob, "
+    "TrainJob, Volcano Job"
+)
 
 
 @dataclass

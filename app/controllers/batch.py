@@ -1,6 +1,9 @@
 """Kubernetes' own controllers: a Pod as it is, a Job's pods (Indexed: `<job>-<i>-` with the
 hostname `<job>-<i>` and the completion index), a StatefulSet's (`<sts>-<i>`, hostname the pod's
-name, subdomain its serviceName)."""
+name, subdomain its serviceName), a Deployment's (through its ReplicaSet `<deploy>-<hash>`,
+pods `<deploy>-<hash>-<random>`), a ReplicaSet's and a DaemonSet's (one pod per node: one shown).
+The last three give their pods no stable DNS name: the preview shows what the webhook then
+does (the plumbing, and a warning that torchrun cannot be wrapped)."""
 
 from __future__ import annotations
 
@@ -77,3 +80,36 @@ def statefulset(obj: Obj, extra_labels: Obj | None = None, start: int = 0) -> li
             p["spec"]["subdomain"] = str(spec["serviceName"])
         pods.append(p)
     return pods
+
+
+# The pod-template-hash the Deployment controller computes from the template (FNV of its
+# serialisation): not reproduced, a stand-in that reads as one.
+TEMPLATE_HASH = "<hash>"
+
+
+def replicaset(obj: Obj, owner_ref: Obj | None = None, prefix: str = "") -> list[Obj]:
+    name, ns = name_of(obj), str(meta(obj).get("namespace") or "default")
+    spec = as_dict(obj.get("spec"))
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        raise ExpandError(f"{obj.get('kind')} {name}: no spec.template")
+    replicas = integer(spec.get("replicas"), 1, f"{obj.get('kind')} {name}: spec.replicas")
+    labels = {"pod-template-hash": TEMPLATE_HASH} if owner_ref else {}
+    made = owner_ref or owner(obj, "apps/v1", "ReplicaSet")
+    return [pod_from_template(template, ns, generate_name=f"{prefix or name}-", labels=labels, owners=[made])
+            for _ in range(replicas)]  # fmt: skip
+
+
+def deployment(obj: Obj) -> list[Obj]:
+    rs = f"{name_of(obj)}-{TEMPLATE_HASH}"
+    ref = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": f"<uid of ReplicaSet {rs}>",
+           "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    return replicaset(obj, ref, rs)
+
+
+def daemonset(obj: Obj) -> list[Obj]:
+    name, ns = name_of(obj), str(meta(obj).get("namespace") or "default")
+    template = as_dict(obj.get("spec")).get("template")
+    if not isinstance(template, dict):
+        raise ExpandError(f"DaemonSet {name}: no spec.template")
+    return [pod_from_template(template, ns, generate_name=f"{name}-", owners=[owner(obj, "apps/v1", "DaemonSet")])]
