@@ -48,9 +48,10 @@ class BuildPy(build_py):
 
     def run(self) -> None:
         super().run()
-        source = Path("docs/troubleshooting.md")
-        if source.is_file():
-            shutil.copy(source, Path(self.build_lib) / "app" / source.name)
+        source, package = Path("docs/troubleshooting.md"), Path(self.build_lib) / "app"
+        # An editable install builds no package here (it reads docs/ in place): nothing to copy.
+        if source.is_file() and package.is_dir():
+            shutil.copy(source, package / source.name)
 
 
 setup(ext_modules=ext_modules(), cmdclass={"build_py": BuildPy})

@@ -15,7 +15,7 @@ _HEADING = re.compile(r"^## (.+)$", re.M)
 
 
 def document() -> str:
-    here = Path(__file__).parent
+    here = Path(__file__).resolve().parent
     for path in (here / NAME, here.parent / "docs" / NAME):
         if path.is_file():
             return path.read_text()
