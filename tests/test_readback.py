@@ -32,3 +32,16 @@ def test_a_difference_is_named() -> None:
     found = held_to(saved["objects"], saved["pods"])
     assert any("volcano.sh/job-retry-count='0', the real pod has '1'" in d for d in found), found
     assert any("env" in d and "VC_TASK_INDEX" in d for d in found), found
+
+
+def test_the_webhooks_store_port_is_not_the_controllers() -> None:
+    """The store host's pod carries the store's port the webhook declared (wrap.STORE_PORT_NAME):
+    not a difference from the controller's pod; any other port is."""
+    from app.core.wrap import STORE_PORT_NAME
+
+    saved = json.loads((READBACK / "jobset.json").read_text())
+    c = saved["pods"][0]["spec"]["containers"][0]
+    c["ports"] = [*(c.get("ports") or []), {"containerPort": 24188, "hostPort": 24188, "name": STORE_PORT_NAME}]
+    assert held_to(saved["objects"], saved["pods"], saved["runtimes"]) == []
+    c["ports"].append({"containerPort": 8080})
+    assert any("ports" in d and "8080" in d for d in held_to(saved["objects"], saved["pods"], saved["runtimes"]))

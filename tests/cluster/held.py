@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.controllers import expand
+from app.core.wrap import STORE_PORT_NAME
 
 Obj = dict[str, Any]
 # Added to the real pods by others than the controller: our webhook, Kueue, the API server.
@@ -77,8 +78,10 @@ def differences(expected: Obj, real: Obj) -> list[str]:
                     f"container {c['name']} env {e['name']}={want!r}, the real pod has {values.get(e['name'])!r}"
                 )
         ports = sorted(p["containerPort"] for p in c.get("ports") or [])
-        if ports != sorted(p["containerPort"] for p in r.get("ports") or []):
-            out.append(f"container {c['name']} ports {ports} != {[p['containerPort'] for p in r.get('ports') or []]}")
+        # The store's port is the webhook's, on the pod that hosts it (not the controller's).
+        real_ports = [p["containerPort"] for p in r.get("ports") or [] if p.get("name") != STORE_PORT_NAME]
+        if ports != sorted(real_ports):
+            out.append(f"container {c['name']} ports {ports} != {real_ports}")
     return out
 
 
