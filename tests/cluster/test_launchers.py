@@ -748,6 +748,8 @@ def test_the_shipped_train_script_runs_in_the_volcano_example(cluster: Cluster, 
     """The quick start as a newcomer runs it: deploy/examples/train-script.yaml applied as
     shipped (`kubectl apply -f`, unchanged) beside the Volcano example above; every rank of both
     nodes says its all_reduce summed right (gloo here; NCCL where there are GPUs)."""
+    # A Volcano Job's pods cannot be changed in place: none of an earlier run may be left.
+    cluster.kubectl("delete", "vcjob", "ddp-volcano", "-n", ML, "--ignore-not-found", "--wait=true", "--timeout=60s")
     cluster.kubectl("apply", "-f", str(EXAMPLES / "train-script.yaml"))
     try:
         found = run_volcano(cluster, example("volcano-job", ML, image_ref(cluster, "train"), torch_sites()),
