@@ -351,3 +351,14 @@ def test_a_program_without_torchrun_is_previewed_as_env_init_with_one_store(tmp_
     assert all(p["backend"].startswith("env:// (no torchrun") for p in pods)
     assert all(any("the start-up hook pins GLOO_SOCKET_IFNAME" in w for w in p["warnings"]) for p in pods)
     assert "arguments are in a script" not in out.stdout
+
+
+def test_a_count_over_the_previews_bound_is_refused_in_one_line_not_expanded(tmp_path: Path) -> None:
+    """`replicas: 100000000` in a file would be expanded in the CLI's memory, pod by pod."""
+    dep = yaml.safe_load(MIXED.split("---")[1])
+    dep["spec"]["replicas"] = 100_000_000
+    f = tmp_path / "big.yaml"
+    f.write_text(yaml.safe_dump(dep))
+    out = run_cli("explain", "-f", str(f))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "spec.replicas is 100000000: over the 10000 the preview expands" in out.stderr

@@ -21,6 +21,7 @@ from app.controllers.common import (
     name_of,
     owner,
     pod_from_template,
+    template_of,
     uid_of,
 )
 
@@ -65,9 +66,7 @@ def job(obj: Obj, extra_labels: Obj | None = None, extra_annotations: Obj | None
 def statefulset(obj: Obj, extra_labels: Obj | None = None, start: int = 0) -> list[Obj]:
     name, ns = name_of(obj), str(meta(obj).get("namespace") or "default")
     spec = as_dict(obj.get("spec"))
-    template = spec.get("template")
-    if not isinstance(template, dict):
-        raise ExpandError(f"StatefulSet {name}: no spec.template")
+    template = template_of(obj, f"StatefulSet {name}")
     replicas = integer(spec.get("replicas"), 1, f"StatefulSet {name}: spec.replicas")
     pods: list[Obj] = []
     for i in range(start, start + replicas):
@@ -90,9 +89,7 @@ TEMPLATE_HASH = "<hash>"
 def replicaset(obj: Obj, owner_ref: Obj | None = None, prefix: str = "") -> list[Obj]:
     name, ns = name_of(obj), str(meta(obj).get("namespace") or "default")
     spec = as_dict(obj.get("spec"))
-    template = spec.get("template")
-    if not isinstance(template, dict):
-        raise ExpandError(f"{obj.get('kind')} {name}: no spec.template")
+    template = template_of(obj, f"{obj.get('kind')} {name}")
     replicas = integer(spec.get("replicas"), 1, f"{obj.get('kind')} {name}: spec.replicas")
     labels = {"pod-template-hash": TEMPLATE_HASH} if owner_ref else {}
     made = owner_ref or owner(obj, "apps/v1", "ReplicaSet")
@@ -109,7 +106,5 @@ def deployment(obj: Obj) -> list[Obj]:
 
 def daemonset(obj: Obj) -> list[Obj]:
     name, ns = name_of(obj), str(meta(obj).get("namespace") or "default")
-    template = as_dict(obj.get("spec")).get("template")
-    if not isinstance(template, dict):
-        raise ExpandError(f"DaemonSet {name}: no spec.template")
+    template = template_of(obj, f"DaemonSet {name}")
     return [pod_from_template(template, ns, generate_name=f"{name}-", owners=[owner(obj, "apps/v1", "DaemonSet")])]

@@ -52,12 +52,27 @@ def path(obj: Obj, *keys: str, kind: str = "") -> Obj:
     return dict(cur)
 
 
-def integer(value: Any, default: int, what: str) -> int:
+# The most of anything the preview counts out (pods of a task, replicas): a file is expanded in
+# memory, and `replicas: 100000000` would take the CLI's; no job a preview helps has more.
+MAX_COUNT = 10_000
+
+
+def integer(value: Any, default: int, what: str, limit: int = MAX_COUNT) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ExpandError(f"{what} is not a count: {value!r}")
+    if value > limit:
+        raise ExpandError(f"{what} is {value}: over the {limit} the preview expands")
     return value
+
+
+def template_of(obj: Obj, what: str) -> Obj:
+    """spec.template of a workload, or a one-line reason why there is none."""
+    template = as_dict(obj.get("spec")).get("template")
+    if not isinstance(template, dict):
+        raise ExpandError(f"{what}: no spec.template")
+    return template
 
 
 def pod_from_template(

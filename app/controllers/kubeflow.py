@@ -86,7 +86,7 @@ def _elastic_env(name: str, elastic: Obj, counts: dict[str, int], port: int) -> 
     lo = integer(elastic.get("minReplicas"), workers, f"PyTorchJob {name}: elasticPolicy.minReplicas")
     hi = integer(elastic.get("maxReplicas"), workers, f"PyTorchJob {name}: elasticPolicy.maxReplicas")
     host = str(elastic.get("rdzvHost") or f"{name}-worker-0")
-    rdzv_port = integer(elastic.get("rdzvPort"), port, f"PyTorchJob {name}: elasticPolicy.rdzvPort")
+    rdzv_port = integer(elastic.get("rdzvPort"), port, f"PyTorchJob {name}: elasticPolicy.rdzvPort", 65535)
     env = [literal("PET_NPROC_PER_NODE", str(elastic.get("nProcPerNode") or "auto")),
            literal("PET_RDZV_ENDPOINT", f"{host}:{rdzv_port}"),
            literal("PET_RDZV_BACKEND", str(elastic.get("rdzvBackend") or "c10d")), literal("PET_NNODES", f"{lo}:{hi}")]  # fmt: skip
