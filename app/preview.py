@@ -119,6 +119,9 @@ def _without_torchrun(env: dict[str, str], row: Row, wrapped: bool) -> None:
             row.nnodes = env.get("WORLD_SIZE", "") if addr == "MASTER_ADDR" else env.get("PET_NNODES", "")
             break
     else:
+        if row.launcher == "mpijob":
+            row.backend = "mpirun over ssh (MPIJob): no rendezvous of ours; NCCL's env must come from the launcher"
+            return
         if not env.get("LWS_LEADER_ADDRESS"):
             row.backend = "no torchrun and no MASTER_ADDR: no rendezvous of ours to preview"
             return

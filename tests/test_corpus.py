@@ -31,13 +31,15 @@ RUNTIME = CORPUS / "trainer" / "runtime-torch-distributed.yaml"
 FILES = sorted(p for p in CORPUS.glob("*/*.yaml") if p != RUNTIME)
 # What each file's preview says, as tests/corpus/README.md's table shows it: ok (every pod's
 # rendezvous previewed, one store host per job), refused (named), own (the program's own
-# rendezvous: no torchrun), none (plumbed, but runs no torch.distributed we can see), plain (no
-# training pod: left as it is), unexpanded (named, exit 4).
+# rendezvous: no torchrun), none (plumbed, but runs no torch.distributed we can see), mpi (mpirun
+# over ssh: each worker warns that NCCL's env must come from the launcher), plain (no training
+# pod: left as it is), unexpanded (named, exit 4).
 VERDICTS = {
     "jobset/pytorch-cnn-mnist": "ok", "jobset/pytorch-mnist": "ok",
     "jobset/pytorch-resnet": "refused", "jobset/pytorch-resnet-cifar10": "refused",
     "jobset/pytorch-v1alpha1": "refused",
-    "kueue/appwrapper-pytorch-sample": "unexpanded", "kueue/sample-job": "plain",
+    "kueue/appwrapper-pytorch-sample": "own", "kueue/appwrapper-leaderworkerset-sample": "own",
+    "kueue/sample-job": "plain", "mpi-operator/nccl-tests": "mpi",
     "kueue/sample-jobset-tas-required": "none", "kueue/sample-pytorchjob": "own",
     "lws/sample": "own", "lws/sglang": "own", "lws/tensorrt-llm": "own", "lws/vllm-gpu": "own",
     "trainer/multi-node": "own", "trainer/pytorch-simple": "own",
@@ -86,6 +88,10 @@ def verdict(rows: list[preview.Row], others: list[Any]) -> str:
         return "plain"
     if all(r.backend.startswith("no torchrun and no MASTER_ADDR") for r in rows if r.mutated):
         return "none"
+    if all(r.backend.startswith("mpirun over ssh") for r in rows if r.mutated):
+        # Each worker warns that the NCCL env must come from the launcher (sshd drops the pod's).
+        assert all(any("MPIJob worker: mpirun starts the ranks" in w for w in r.warnings) for r in rows if r.mutated)
+        return "mpi"
     if all(r.backend.startswith(("env://", "the program's own")) for r in rows if r.mutated):
         return "own"
     return "ok"
@@ -198,11 +204,13 @@ def corpus_table() -> str:
         launchers = sorted({r.launcher for r in rows if r.launcher}) or [ex.source.split("/")[0] for ex in others]
         hosts = [r.pod for r in rows if r.store_host == "yes"]
         said = verdict(rows, others)
+        first = next((r for r in rows if r.mutated), rows[0] if rows else None)
+        backend = first.backend if first else ""
         detail = {"refused": next((r.refusal for r in rows if r.refusal), "")[:90] + "…",
                   "unexpanded": next((ex.note for ex in others if ex.unexpanded), "")[:90] + "…",
-                  "own": rows[0].backend if rows else "", "none": rows[0].backend if rows else "",
+                  "own": backend, "none": backend, "mpi": backend,
                   "plain": rows[0].reason[:90] + "…" if rows else "",
-                  "ok": f"{rows[0].backend} rendezvous" if rows else ""}[said]  # fmt: skip
+                  "ok": f"{backend} rendezvous" if rows else ""}[said]  # fmt: skip
         lines.append(f"| `{path.parent.name}/{path.name}` | {', '.join(launchers)} | {len(rows)} | "
                      f"{', '.join(hosts) or '-'} | **{said}**: {detail} |")  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -45,6 +45,7 @@ def body(pod: dict[str, Any], dry_run: bool = False, uid: str = "u-1") -> bytes:
         ("volcano/plain-c10d-worker-1", "Job", "ddp-vc"),
         ("generic/indexed-job", "Job", None),
         ("generic/statefulset", "StatefulSet", None),
+        ("mpijob/nccl-tests-worker-0", "MPIJob", "nccl-tests"),
     ],
 )
 def test_an_event_is_about_the_job_the_user_created(case: str, kind: str, name: str | None) -> None:
@@ -68,7 +69,10 @@ def test_every_warning_of_the_goldens_has_a_reason_of_its_own() -> None:
             reason = events.reason_of(w)
             assert reason != events.FALLBACK_REASON, w
             seen.setdefault(reason, w)
-    assert {"NodeCountUnknown", "EndpointNamesNoPod", "TorchrunNotWrapped", "ShmCappedByMemoryLimit"} <= set(seen)
+    assert {"NodeCountUnknown", "EndpointNamesNoPod", "TorchrunNotWrapped", "ShmCappedByMemoryLimit",
+            "MPIEnvNotForwarded"} <= set(seen)  # fmt: skip
+    # One admission can carry a note of every reason (and the fallback's).
+    assert len(events.REASONS) + 1 <= events.MAX_WARNINGS
 
 
 class FakeSender:

@@ -245,7 +245,7 @@ spec:
       hostNetwork: true
       containers: [{name: c, image: pytorch, command: [torchrun, t.py]}]
 ---
-apiVersion: kubeflow.org/v2beta1
+apiVersion: kubeflow.org/v1
 kind: MPIJob
 metadata: {name: mpi, namespace: ml}
 spec:
@@ -272,6 +272,56 @@ def test_every_object_of_a_file_is_accounted_for(command: str, tmp_path: Path) -
     assert "not workloads (no pods): ConfigMap/cfg, ClusterQueue/cq" in said
     # The Deployment is expanded now: its ReplicaSet's two pods, without a stable DNS name.
     assert "Deployment/dep" in said and "holds pod templates, but the preview cannot expand kind Deployment" not in said
+
+
+def test_an_mpijob_is_its_launcher_job_and_its_workers() -> None:
+    """MPIJob v2beta1 (the MPI Operator's): workers `<job>-worker-<i>` under the job's
+    Service, the launcher a Job's pod, each with the operator's labels, hostname, subdomain and
+    (host network) ClusterFirstWithHostNet; the launcher gets the hostfile env."""
+    (path,) = [p for p in (ROOT / "tests" / "corpus" / "mpi-operator").glob("nccl-tests.yaml")]
+    (job,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for t in ("Launcher", "Worker"):
+        job["spec"]["mpiReplicaSpecs"][t]["template"]["spec"]["hostNetwork"] = True
+    (ex,) = controllers.expand([job], "ml")
+    launcher, *workers = ex.pods
+    assert [w["metadata"]["name"] for w in workers] == ["nccl-tests-worker-0", "nccl-tests-worker-1"]
+    for i, w in enumerate(workers):
+        assert (w["spec"]["hostname"], w["spec"]["subdomain"]) == (f"nccl-tests-worker-{i}", "nccl-tests")
+        assert w["spec"]["dnsConfig"]["searches"] == ["nccl-tests.ml.svc.cluster.local"]
+        assert w["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet" and w["spec"]["restartPolicy"] == "Never"
+        assert w["metadata"]["labels"]["training.kubeflow.org/job-role"] == "worker"
+        assert w["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
+        assert w["spec"]["containers"][0]["command"] == ["/usr/sbin/sshd", "-De"]
+    assert launcher["metadata"]["generateName"] == "nccl-tests-launcher-"
+    assert launcher["metadata"]["ownerReferences"][0]["name"] == "nccl-tests-launcher"
+    assert launcher["spec"]["hostname"] == "nccl-tests-launcher"
+    env = {e["name"]: e.get("value") for e in launcher["spec"]["containers"][0]["env"]}
+    assert (
+        env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile" and env["OMPI_MCA_orte_set_default_slots"] == "8"
+    )
+    v1 = {**job, "apiVersion": "kubeflow.org/v1"}  # the Training Operator's MPIJob: named, not guessed
+    (ex,) = controllers.expand([v1], "ml")
+    assert ex.unexpanded and not ex.pods
+
+
+def test_an_appwrapper_is_the_pods_of_its_components() -> None:
+    """Kueue's AppWrapper sample (a PyTorchJob inside): the pods the PyTorchJob's controller
+    makes once the AppWrapper controller creates it, labelled with the AppWrapper; a Service
+    beside it has no pods; a component the preview cannot expand is an error naming it."""
+    path = ROOT / "tests" / "corpus" / "kueue" / "appwrapper-pytorch-sample.yaml"
+    (aw,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    aw["spec"]["components"].append({"template": {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}})
+    (ex,) = controllers.expand([aw], "ml")
+    assert [p["metadata"]["name"] for p in ex.pods] == ["pytorch-simple-master-0", "pytorch-simple-worker-0"]
+    for p in ex.pods:
+        assert p["metadata"]["labels"]["workload.codeflare.dev/appwrapper"] == "sample-pytorch-job"
+        assert p["metadata"]["namespace"] == "ml" and p["metadata"]["ownerReferences"][0]["kind"] == "PyTorchJob"
+    aw["spec"]["components"].append({"template": {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"},
+                                                  "spec": {"headGroupSpec": {"template": {"spec": {"containers": []}}}}}})  # fmt: skip
+    with pytest.raises(
+        controllers.ExpandError, match="AppWrapper sample-pytorch-job: cannot expand its component of kind RayCluster"
+    ):
+        controllers.expand([aw], "ml")
 
 
 def test_a_deployment_a_replicaset_and_a_daemonset_are_previewed_as_their_pods(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from app.controllers import batch, kubeflow, lws, trainer, volcano
+from app.controllers import appwrapper, batch, kubeflow, lws, mpi, trainer, volcano
 from app.controllers.common import ExpandError, Obj, as_dict
 
 # (apiVersion group, kind) -> the controller's expansion. A TrainJob's needs its runtime.
@@ -27,12 +27,13 @@ EXPANDERS: dict[tuple[str, str], Callable[[Obj], list[Obj]]] = {
     ("jobset.x-k8s.io", "JobSet"): trainer.jobset,
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): lws.leaderworkerset,
     ("kubeflow.org", "PyTorchJob"): kubeflow.pytorchjob,
+    ("kubeflow.org", "MPIJob"): mpi.mpijob,
     ("batch.volcano.sh", "Job"): volcano.job,
 }
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 SUPPORTED = (
     "Pod, Job, StatefulSet, Deployment, ReplicaSet, DaemonSet (one pod shown), JobSet, LeaderWorkerSet, PyTorchJob, "
-    "TrainJob, Volcano Job"
+    "MPIJob (v2beta1), TrainJob, Volcano Job, AppWrapper (of these)"
 )
 
 
@@ -76,21 +77,34 @@ def expand(
         if kind in RUNTIME_KINDS:
             out.append(Expansion(f"{kind}/{name}", note="no pods (the runtime of TrainJobs)"))
             continue
-        if (group_of(obj), kind) == ("trainer.kubeflow.org", "TrainJob"):
-            out.append(Expansion(f"{kind}/{name}", trainer.trainjob(obj, runtimes, runtime_of)))
-            continue
-        expander = EXPANDERS.get((group_of(obj), kind))
         if not kind:
             raise ExpandError("an object without kind")
-        if expander is None:
-            if _holds_pod_template(obj):  # a Deployment, an MPIJob, an AppWrapper...: pods we cannot show
-                out.append(Expansion(f"{kind}/{name}", unexpanded=True,
-                                     note=f"holds pod templates, but the preview cannot expand kind {kind} yet (it can: {SUPPORTED})"))  # fmt: skip
-            else:  # a Namespace, ConfigMap, Service, Kueue queue...: no pods of its own
-                out.append(Expansion(f"{kind}/{name}", note="not a workload: no pods"))
+
+        def one(o: Obj) -> list[Obj] | None:
+            """o's pods; [] for an object that is no workload, None for one we cannot expand."""
+            if (group_of(o), str(o.get("kind"))) == ("trainer.kubeflow.org", "TrainJob"):
+                return trainer.trainjob(o, runtimes, runtime_of)
+            expander = EXPANDERS.get((group_of(o), str(o.get("kind"))))
+            if expander is mpi.mpijob and o.get("apiVersion") != mpi.API_VERSION:  # the Training Operator's v1
+                return None
+            if expander is not None:
+                return expander(o)
+            return None if _holds_pod_template(o) else []
+
+        if (group_of(obj), kind) == (appwrapper.GROUP, "AppWrapper"):
+            made_cms = {k: v for c in appwrapper.components(obj) if c.get("kind") == "Job" and group_of(c) == "batch.volcano.sh"
+                        for k, v in volcano.configmaps(c).items()}  # fmt: skip
+            out.append(Expansion(f"{kind}/{name}", appwrapper.pods(obj, one), configmaps=made_cms))
             continue
-        made = volcano.configmaps(obj) if expander is volcano.job else {}
-        out.append(Expansion(f"{kind}/{name}", expander(obj), configmaps=made))
+        pods = one(obj)
+        if pods is None:  # an MPIJob v1, a Ray cluster...: a workload whose pods we cannot show
+            out.append(Expansion(f"{kind}/{name}", unexpanded=True,
+                                 note=f"holds pod templates, but the preview cannot expand kind {kind} yet (it can: {SUPPORTED})"))  # fmt: skip
+        elif not pods and not _holds_pod_template(obj):  # a Namespace, ConfigMap, Service, queue: no pods
+            out.append(Expansion(f"{kind}/{name}", note="not a workload: no pods"))
+        else:
+            made = volcano.configmaps(obj) if (group_of(obj), kind) == ("batch.volcano.sh", "Job") else {}
+            out.append(Expansion(f"{kind}/{name}", pods, configmaps=made))
     return out
 
 

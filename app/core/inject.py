@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core import names, quantity
-from app.core.launchers import LauncherInfo
+from app.core.launchers import LauncherInfo, mpijob
 from app.core.params import Params, Profile
 from app.core.podspec import Env, add_mount, add_volume, child, child_list, mount_at
 
@@ -80,14 +80,27 @@ def _training(pod: Obj, ctx: Context) -> list[Obj]:
     return [containers[i] for i in ctx.training]
 
 
-def _rdma_resource(pod: Obj, prefixes: tuple[str, ...]) -> str | None:
-    """The first RDMA device-plugin resource any container requests, if any."""
-    for c in _spec(pod).get("containers") or []:
+# GKE's GPUDirect-TCPX(O): a daemon container of the pod (a sidecar, or an init container with
+# restartPolicy Always) drives the GPU NICs, and NCCL's TCPX plugin talks to it; no InfiniBand.
+TCPX_DAEMONS = ("tcpx-daemon", "tcpxo-daemon")
+
+
+def _own_devices(pod: Obj, prefixes: tuple[str, ...]) -> str | None:
+    """Why the pod needs no RDMA devices of ours (no hostPath, no privileged, no SYS_ADMIN):
+    a fabric's device plugin resource it requests (EFA, the RDMA shared device plugin...), or
+    GPUDirect-TCPX's daemon beside it. None: the devices are ours to mount."""
+    spec = _spec(pod)
+    for c in spec.get("containers") or []:
         resources = c.get("resources") or {}
         for kind in ("limits", "requests"):
             for key in resources.get(kind) or {}:
                 if any(str(key).startswith(p) for p in prefixes):
-                    return str(key)
+                    return f"devices come from resource {key}"
+    for key in ("containers", "initContainers"):
+        for c in spec.get(key) or []:
+            if isinstance(c, dict) and c.get("name") in TCPX_DAEMONS:
+                return (f"GPUDirect-TCPX (container {c['name']}): its daemon and NCCL's TCPX plugin drive the GPU NICs; "
+                        "no InfiniBand devices")  # fmt: skip
     return None
 
 
@@ -105,9 +118,9 @@ def dns(pod: Obj, ctx: Context) -> StepOutcome:
 
 
 def infiniband(pod: Obj, ctx: Context) -> StepOutcome:
-    resource = _rdma_resource(pod, ctx.params.config.rdma_resource_prefixes)
-    if resource:
-        return f"devices come from resource {resource}"
+    own = _own_devices(pod, ctx.params.config.rdma_resource_prefixes)
+    if own:
+        return own
     path = ctx.params.config.infiniband_path
     targets = [c for c in _training(pod, ctx) if mount_at(c, path) is None]
     declared = child_list(_spec(pod), "volumes")
@@ -172,10 +185,8 @@ def _human(size: int) -> str:
 
 def capabilities(pod: Obj, ctx: Context) -> StepOutcome:
     # IPC_LOCK: NCCL pins its buffers. SYS_ADMIN only for RDMA devices by hostPath (as the tested
-    # pods have them); a device plugin's devices need no more than IPC_LOCK.
-    wanted = (
-        ("IPC_LOCK",) if _rdma_resource(pod, ctx.params.config.rdma_resource_prefixes) else ("IPC_LOCK", "SYS_ADMIN")
-    )
+    # pods have them); a device plugin's devices (or TCPX's daemon) need no more than IPC_LOCK.
+    wanted = ("IPC_LOCK",) if _own_devices(pod, ctx.params.config.rdma_resource_prefixes) else ("IPC_LOCK", "SYS_ADMIN")
     skipped: list[str] = []
     for c in _training(pod, ctx):
         sc = child(c, "securityContext")
@@ -202,9 +213,9 @@ def capabilities(pod: Obj, ctx: Context) -> StepOutcome:
 def privileged(pod: Obj, ctx: Context) -> StepOutcome:
     if not ctx.flag(names.ANN_PRIVILEGED, ctx.params.config.privileged):
         return "turned off"
-    resource = _rdma_resource(pod, ctx.params.config.rdma_resource_prefixes)
-    if resource:
-        return f"devices come from resource {resource}"
+    own = _own_devices(pod, ctx.params.config.rdma_resource_prefixes)
+    if own:
+        return own
     kept: list[str] = []
     for c in _training(pod, ctx):
         sc = child(c, "securityContext")
@@ -233,4 +244,13 @@ def nccl_env(pod: Obj, ctx: Context) -> StepOutcome:
         env = Env(c)
         for key, value in ctx.profile.env:
             env.set_default(key, value)
+    if ctx.info.launcher == "mpijob" and mpijob.role(pod) == "worker" and ctx.profile.env:
+        # Its container runs sshd; mpirun's ranks start in ssh sessions, which sshd begins
+        # with an empty environment: the pod's env never reaches NCCL there.
+        pairs = " ".join(f"{k}={v}" for k, v in ctx.profile.env)
+        ctx.warn(
+            "MPIJob worker: mpirun starts the ranks on this pod over ssh, and sshd gives each a fresh environment, so "
+            f"the NCCL settings added here reach them only from the launcher: set {pairs} on the launcher's container "
+            "and, with Open MPI, pass each on with mpirun -x NAME (MPICH and Intel MPI pass the launcher's environment on)"
+        )
     return None

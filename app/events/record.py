@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 NOTE_MAX = 1024  # the API server rejects longer notes
 # Bounds on what one admission hands the recorder.
-MAX_WARNINGS = 12  # more than there are reasons: one note per reason is all an Event shows
+MAX_WARNINGS = 13  # as many as there are reasons (and the fallback): one note per reason is all an Event shows
 FIELD_MAX = 253  # names, kinds, API versions (DNS subdomain length)
 UID_MAX = 128
 
@@ -38,6 +38,7 @@ REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"privileged: false kept|not made privileged|capability not added", "PrivilegeKept"),
         (r"envFrom values are invisible", "EnvFromOverridden"),
         (r"dnsPolicy Default kept", "DnsPolicyKept"),
+        (r"^MPIJob worker: mpirun starts the ranks", "MPIEnvNotForwarded"),
         (r"^pod left unchanged", "PodLeftUnchanged"),
         (r"annotation|unknown NCCL profile|names unknown|is not a port", "AnnotationIgnored"),
     )
@@ -62,6 +63,9 @@ NOTES = {
     "RDMA may not work in this pod",
     "EnvFromOverridden": "envFrom values are invisible at admission: the profile's NCCL env wins over them",
     "DnsPolicyKept": "dnsPolicy Default kept: the pods' DNS names will not resolve, and the rendezvous cannot form",
+    "MPIEnvNotForwarded": "MPIJob workers run sshd, and the ranks mpirun starts there get a fresh environment: the "
+    "NCCL env set on the workers reaches them only if the launcher sets it and passes it on (mpirun -x NAME with "
+    "Open MPI); the worker's admission warning lists the values",
     "PodLeftUnchanged": "the pod could not be handled safely and was admitted unchanged, without the RDMA plumbing",
     "AnnotationIgnored": "a hostnet-rdma.io/ annotation has a value that is not understood; it was ignored",
     FALLBACK_REASON: "an admission warning",

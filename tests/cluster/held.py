@@ -6,6 +6,7 @@ name suffixes)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from app.controllers import expand
@@ -33,13 +34,23 @@ def _defaulted(value: Any) -> Any:
     return value
 
 
+def matches(expected: str, real: str) -> bool:
+    """A name of the preview's against the real one: a stand-in (`<hash>`, `<uid of …>`) stands
+    for what only the cluster knows (a Deployment's pod-template-hash)."""
+    if "<" not in expected:
+        return expected == real
+    pattern = "".join(re.escape(part) if i % 2 == 0 else "[a-z0-9-]+"
+                      for i, part in enumerate(re.split(r"<([^>]*)>", expected)))  # fmt: skip
+    return re.fullmatch(pattern, real) is not None
+
+
 def differences(expected: Obj, real: Obj) -> list[str]:
     out: list[str] = []
     em, rm = expected["metadata"], real["metadata"]
     if em.get("name"):
         if em["name"] != rm.get("name"):
             out.append(f"name {em['name']} != {rm.get('name')}")
-    elif em.get("generateName") != rm.get("generateName"):
+    elif not matches(str(em.get("generateName")), str(rm.get("generateName"))):
         out.append(f"generateName {em.get('generateName')} != {rm.get('generateName')}")
     for part in ("labels", "annotations"):
         want = {k: v for k, v in (em.get(part) or {}).items() if not _foreign(k)}
@@ -52,8 +63,10 @@ def differences(expected: Obj, real: Obj) -> list[str]:
             elif not str(want[k]).startswith("<") and "<" not in str(want[k]) and want[k] != have[k]:
                 out.append(f"{part}: {k}={want[k]!r}, the real pod has {have[k]!r}")
     owners = [(o["kind"], o["name"]) for o in em.get("ownerReferences") or []]
-    if owners != [(o["kind"], o["name"]) for o in rm.get("ownerReferences") or []]:
-        out.append(f"owners {owners} != {[(o['kind'], o['name']) for o in rm.get('ownerReferences') or []]}")
+    real_owners = [(o["kind"], o["name"]) for o in rm.get("ownerReferences") or []]
+    if len(owners) != len(real_owners) or not all(k == rk and matches(n, rn) for (k, n), (rk, rn)
+                                                  in zip(owners, real_owners, strict=False)):  # fmt: skip
+        out.append(f"owners {owners} != {real_owners}")
     for key in ("hostname", "subdomain"):
         if expected["spec"].get(key) != real["spec"].get(key):
             out.append(f"spec.{key} {expected['spec'].get(key)} != {real['spec'].get(key)}")
@@ -101,7 +114,7 @@ def held_to(objects: list[Obj], real_pods: list[Obj], runtimes: list[Obj] | None
         by_key.setdefault(p["metadata"]["name"], p)
     out: list[str] = []
     for pod in expected:
-        real = by_key.get(_key(pod))
+        real = by_key.get(_key(pod)) or next((p for k, p in by_key.items() if matches(_key(pod), k)), None)
         if real is None:
             out.append(f"{_key(pod)}: no such real pod (have {sorted(by_key)})")
             continue

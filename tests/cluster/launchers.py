@@ -81,6 +81,9 @@ CONTROLLERS = {
         # kueue-system, TopologyAwareScheduling on by default since v0.14), with the PyTorchJob
         # integration turned on (enable_frameworks): off by default since v0.19.
         Controller("kueue", *PINS["kueue"], ("config/default",), "kueue-system", "manager"),
+        # No webhooks of its own: the CRD, RBAC and the Deployment (with leader election).
+        Controller("mpi-operator", *PINS["mpi-operator"], ("manifests/overlays/standalone",), "mpi-operator",
+                   "mpi-operator"),
     )
 }  # fmt: skip
 
@@ -330,7 +333,7 @@ def install_all(c: Cluster, wanted: list[str]) -> dict[str, float]:
         if name in wanted:
             times[name] = install_volcano(c) if name == "volcano" else install(c, name)
 
-    chains = [("jobset", "trainer"), ("lws",), ("training-operator",), ("volcano",)]
+    chains = [("jobset", "trainer"), ("lws",), ("training-operator", "mpi-operator"), ("volcano",)]
     with ThreadPoolExecutor(len(chains)) as pool:
         for f in [pool.submit(lambda ch=ch: [one(n) for n in ch]) for ch in chains]:
             f.result()

@@ -1,7 +1,8 @@
 """The real launchers in the cluster tier: their own controllers create the pods.
 
 LeaderWorkerSet (with its own pod webhook, so our reinvocation runs against the real one),
-JobSet, Kubeflow Trainer v2 (TrainJob on JobSet) and Training Operator v1 (PyTorchJob) are
+JobSet, Kubeflow Trainer v2 (TrainJob on JobSet), Training Operator v1 (PyTorchJob) and the
+MPI Operator (MPIJob, held to the preview only) are
 built from the Go module proxy at pinned releases and installed from their own manifests
 (tests/cluster/launchers.py). Each runs the file in deploy/examples/ with only these changes:
 the CPU training image, the GPU request swapped for a one-per-node test resource (as 8 GPUs
@@ -37,6 +38,7 @@ from tests.cluster.held import held_to
 from tests.cluster.release import OFF, RELEASE_NS, image_ref
 from tests.cluster.timings import TIMINGS
 from tests.seedfiles import plain_torchrun
+from tests.test_corpus import host_network, preview_of
 
 pytestmark = pytest.mark.cluster
 
@@ -47,7 +49,9 @@ GPU = "test.hostnet-rdma.io/gpu"  # one per node, standing in for nvidia.com/gpu
 NPROC = 2
 WRAPPER_LINE = re.compile(r"^hostnet-rdma: (launcher=.*)$", re.M)
 # All of them; a developer iterating on one may narrow it (never CI: a missing one fails).
-WANTED = os.environ.get("HOSTNET_RDMA_TEST_LAUNCHERS", "jobset,lws,trainer,training-operator,volcano,kueue").split(",")
+WANTED = os.environ.get(
+    "HOSTNET_RDMA_TEST_LAUNCHERS", "jobset,lws,trainer,training-operator,mpi-operator,volcano,kueue"
+).split(",")
 SEED = ROOT / "tests" / "cluster" / "seed"
 
 
@@ -1095,6 +1099,174 @@ def wait_for_free_nodes(cluster: Cluster, timeout: float = 180) -> float:
         if time.monotonic() - t0 > timeout:
             raise AssertionError(f"pods still hold the nodes after {timeout:.0f}s: {busy}")
         time.sleep(2)
+
+
+CORPUS = ROOT / "tests" / "corpus"
+CLUSTER_SCOPED = ("ClusterTrainingRuntime",)
+
+
+def corpus_job(
+    rel: str, image: str, sites: list[Path], program: str = "", workdir: bool = False
+) -> list[dict[str, Any]]:
+    """tests/corpus/<rel>.yaml as the cluster tier can run it: `hostNetwork: true` (the corpus's
+    one edit), the test-machine changes of example() (image, GPU, torch mounted), the ML
+    namespace, and, where the file runs a program its own image holds, the tier's DDP check
+    (tests/rendezvous/ddp_train.py) mounted at that path (`workdir`: a relative path, so the
+    container starts in that folder). Commands, env and flags stay as written."""
+    path = CORPUS / f"{rel}.yaml"
+    docs = example(path.stem, ML, image, sites, source=path.parent)
+    if path.parent.name == "trainer":  # the runtime the pinned Trainer ships (the corpus's is newer)
+        runtimes = launchers.module_dir(*launchers.PINS["trainer"]) / "manifests" / "base" / "runtimes"
+        docs += example("torch_distributed", ML, image, sites, source=runtimes)
+    host_network(docs)
+    folder, _, filename = program.rpartition("/")
+    for d in docs:
+        if d["kind"] not in CLUSTER_SCOPED:
+            d["metadata"]["namespace"] = ML
+
+    def stand_in(x: Any) -> None:
+        if isinstance(x, dict):
+            if isinstance(x.get("containers"), list) and program:
+                x.setdefault("volumes", []).append({"name": "stand-in", "configMap": {
+                    "name": "ddp-script", "items": [{"key": "train.py", "path": filename}]}})  # fmt: skip
+                for c in x["containers"]:
+                    c.setdefault("volumeMounts", []).append({"name": "stand-in", "mountPath": folder, "readOnly": True})
+                    if workdir:
+                        c["workingDir"] = folder
+            for v in x.values():
+                stand_in(v)
+        elif isinstance(x, list):
+            for v in x:
+                stand_in(v)
+
+    stand_in(docs)
+    return docs
+
+
+def corpus_rows(c: Cluster, kind: str, name: str) -> dict[str, Any]:
+    """The preview's rows (tests/test_corpus.py: `explain -f` with the chart's defaults) of the
+    job as the API server stored it, by pod name (a generated name: its prefix)."""
+    obj = c.kubectl_json("get", kind, name, "-n", ML)
+    runtimes = c.kubectl_json("get", "clustertrainingruntimes")["items"] if kind == "trainjob" else []
+    rows, _ = preview_of([obj, *runtimes])
+    return {r.pod.rstrip("…").rstrip("-"): r for r in rows}
+
+
+def row_of(rows: dict[str, Any], pod: str) -> Any:
+    return rows.get(pod) or next(r for k, r in rows.items() if pod.startswith(k))
+
+
+def test_corpus_files_through_the_real_controllers(cluster: Cluster, installed: dict[str, float]) -> None:
+    """A subset of the corpus (tests/corpus/: files from the launchers' own repositories) applied
+    as written, `hostNetwork: true` added: the real controllers make the pods, the webhook
+    admits them, and what runs is what `explain -f` previewed for the stored job.
+    - Training Operator's simple.yaml (`python3 mnist.py`, env:// from MASTER_ADDR, no torchrun):
+      the start-up hook pins Gloo's socket on the interface of the preview's local address, and
+      the two ranks meet.
+    - Training Operator's elastic echo.yaml (`python -m torch.distributed.run`, c10d): the
+      wrapper's store host and local address are the preview's, and the ranks meet.
+    - JobSet's resnet.yaml (static, no --nnodes): each pod's termination message is the
+      preview's refusal.
+    - Trainer's multi-node example with the runtime the pinned Trainer ships: completes.
+    - The MPI Operator's nccl-tests MPIJob: its workers (sshd, not in the tier's image) are
+      plumbed and warned that the ranks do not see their env; its launcher is left alone.
+    Each job's pods are the preview's (tests/cluster/held.py), as is a host-network Deployment's.
+    The two PyTorchJobs ask for one host port (23456): the second runs after the first."""
+    image, sites = image_ref(cluster, "train"), torch_sites()
+    simple = corpus_job("training-operator/simple", image, sites, program="/opt/mnist/src/mnist.py")
+    echo = corpus_job("training-operator/elastic-echo", image, sites, program="/opt/echo/echo.py", workdir=True)
+    resnet = corpus_job("jobset/pytorch-resnet", image, sites)
+    multi = corpus_job("trainer/multi-node", image, sites)
+    nccl = corpus_job("mpi-operator/nccl-tests", image, sites)  # its workers' sshd is not in the image: held only
+    deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ddp-deploy", "namespace": ML},
+              "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "ddp-deploy"}},
+                       "template": {"metadata": {"labels": {"app": "ddp-deploy"}},
+                                    "spec": {"hostNetwork": True, "containers": [{
+                                        "name": "trainer", "image": image, "imagePullPolicy": "Never",
+                                        "command": ["torchrun", "--nnodes=2", "train.py"]}],
+                                             "nodeSelector": {"hostnet-rdma.io/none": "held-only"}}}}}  # fmt: skip
+    jobs_ = {"pytorchjob/pytorch-simple": "training.kubeflow.org/job-name=pytorch-simple",
+             "jobset/pytorch": "jobset.sigs.k8s.io/jobset-name=pytorch",
+             "trainjob/multi-node-example": "jobset.sigs.k8s.io/jobset-name=multi-node-example",
+             "pytorchjob/elastic-example-echo": "training.kubeflow.org/job-name=elastic-example-echo",
+             "mpijob/nccl-tests": "training.kubeflow.org/job-name=nccl-tests"}  # fmt: skip
+    t0 = time.monotonic()
+    try:
+        launchers.apply_with_retry(cluster, [*simple, *resnet, *multi, *nccl, deploy])
+        outcomes = {"pytorchjob/pytorch-simple": condition(cluster, "pytorchjob", ML, "pytorch-simple",
+                                                           ("Succeeded", "Failed"), 300)}  # fmt: skip
+        launchers.apply_with_retry(cluster, echo)
+        outcomes["jobset/pytorch"] = condition(cluster, "jobset", ML, "pytorch", ("Completed", "Failed"), 120)
+        outcomes["trainjob/multi-node-example"] = condition(cluster, "trainjob", ML, "multi-node-example",
+                                                            ("Complete", "Failed"), 300)  # fmt: skip
+        outcomes["pytorchjob/elastic-example-echo"] = condition(cluster, "pytorchjob", ML, "elastic-example-echo",
+                                                                ("Succeeded", "Failed"), 300)  # fmt: skip
+        TIMINGS["corpus subset (4 files, the PyTorchJobs one after the other) to done"] = time.monotonic() - t0
+        want = {"pytorchjob/pytorch-simple": "Succeeded", "jobset/pytorch": "Failed",
+                "trainjob/multi-node-example": "Complete", "pytorchjob/elastic-example-echo": "Succeeded"}  # fmt: skip
+        for job, outcome in sorted(outcomes.items()):
+            assert outcome == want[job], f"{job}: {outcome}\n" + failure_report(cluster, ML, jobs_[job])
+        found = {job: logs_of(cluster, ML, sel) for job, sel in jobs_.items()}
+
+        # env:// without torchrun: the hook's line names the preview's local address; DDP ran.
+        rows = corpus_rows(cluster, "pytorchjob", "pytorch-simple")
+        for pod, text in found["pytorchjob/pytorch-simple"].items():
+            row = row_of(rows, pod)
+            assert row.backend.startswith("env://") and row.local_addr, row
+            line = "torch.distributed without torchrun (MASTER_ADDR=pytorch-simple-master-0): GLOO_SOCKET_IFNAME="
+            assert line in text and f"the interface of {row.local_addr}" in text, (pod, text[-3000:])
+        assert sum(ddp_ok(t, 2) for t in found["pytorchjob/pytorch-simple"].values()) == 2, found
+
+        # c10d through `python -m torch.distributed.run`: one store host, the preview's.
+        rows = corpus_rows(cluster, "pytorchjob", "elastic-example-echo")
+        texts = found["pytorchjob/elastic-example-echo"]
+        worlds = {int(w) for t in texts.values() for w in re.findall(r"^DDP-OK rank=\d+ world=(\d+)", t, re.M)}
+        assert len(worlds) == 1, worlds
+        fields = check_one_store_host(texts, "pytorchjob", world=worlds.pop())
+        for pod, f in zip(texts, fields, strict=True):
+            row = row_of(rows, pod)
+            assert (f["local_addr"], f["is_host"] == "true") == (row.local_addr, row.store_host == "yes"), (pod, f, row)
+            assert f["endpoint"] == row.endpoint, (pod, f, row)
+
+        # No --nnodes in a static JobSet: refused where the user looks, in the preview's words.
+        rows = corpus_rows(cluster, "jobset", "pytorch")
+        refused = 0
+        for p in pods(cluster, ML, jobs_["jobset/pytorch"]):
+            for s in p["status"].get("containerStatuses") or []:
+                message = (s["state"].get("terminated") or s["lastState"].get("terminated") or {}).get("message") or ""
+                if message:
+                    refused += 1
+                    reason = row_of(rows, p["metadata"]["name"]).refusal
+                    assert reason and "--nnodes not given" in reason and reason[:80] in message, (message, reason)
+        assert refused >= 1, failure_report(cluster, ML, jobs_["jobset/pytorch"])
+
+        for kind, name, selector in (("pytorchjob", "pytorch-simple", jobs_["pytorchjob/pytorch-simple"]),
+                                     ("pytorchjob", "elastic-example-echo", jobs_["pytorchjob/elastic-example-echo"]),
+                                     ("trainjob", "multi-node-example", jobs_["trainjob/multi-node-example"]),
+                                     ("mpijob", "nccl-tests", jobs_["mpijob/nccl-tests"]),
+                                     ("deployment", "ddp-deploy", "app=ddp-deploy")):  # fmt: skip
+            read_back(cluster, ML, selector, f"corpus-{kind}-{name}", (kind, name))
+        # The MPIJob: its workers plumbed and warned (sshd drops their env), its launcher (mpirun
+        # only) left alone; the warning is an Event on the MPIJob.
+        for p in pods(cluster, ML, jobs_["mpijob/nccl-tests"]):
+            role = p["metadata"]["labels"]["training.kubeflow.org/job-role"]
+            status = (p["metadata"].get("annotations") or {}).get("hostnet-rdma.io/status")
+            assert (status is not None) == (role == "worker"), (p["metadata"]["name"], status)
+        deadline = time.monotonic() + 30
+        while "MPIEnvNotForwarded" not in (seen := cluster.kubectl("describe", "mpijob", "nccl-tests", "-n", ML)):
+            assert time.monotonic() < deadline, seen[-3000:]
+            time.sleep(1)
+        # The failed JobSet's Job deleted the pods still Pending (4 pods, one host port, 2 nodes).
+        real = pods(cluster, ML, jobs_["jobset/pytorch"])
+        diffs = held_to([cluster.kubectl_json("get", "jobset", "pytorch", "-n", ML)], real)
+        assert real and [d for d in diffs if "no such real pod" not in d] == [], diffs
+    finally:
+        for job in [*jobs_, "deployment/ddp-deploy"]:
+            cluster.kubectl("delete", job, "-n", ML, "--wait=false", check=False)
+        # The MPI workers hold each node's test GPU: gone before the next test asks for it.
+        deadline = time.monotonic() + 90
+        while pods(cluster, ML, jobs_["mpijob/nccl-tests"]) and time.monotonic() < deadline:
+            time.sleep(1)
 
 
 def test_not_opted_in_jobs_show_the_seed_symptoms(cluster: Cluster, installed: dict[str, float]) -> None:

@@ -6,6 +6,7 @@ from app.core.launchers.base import Launcher, LauncherInfo, Pod
 from app.core.launchers.generic import IndexedJob, PlainPod, StatefulSet
 from app.core.launchers.jobset import JobSet, TrainJob
 from app.core.launchers.lws import LeaderWorkerSet
+from app.core.launchers.mpijob import MPIJob
 from app.core.launchers.pytorchjob import PyTorchJob
 from app.core.launchers.volcano import Volcano
 
@@ -17,6 +18,7 @@ LAUNCHERS: tuple[Launcher, ...] = (
     TrainJob(),
     JobSet(),
     LeaderWorkerSet(),
+    MPIJob(),  # before IndexedJob: its launcher is a Job's pod
     IndexedJob(),
     StatefulSet(),
     PlainPod(),
