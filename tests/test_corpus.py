@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +52,21 @@ VERDICTS = {
 }  # fmt: skip
 
 
-def host_network(x: Any) -> None:
+def pod_specs(x: Any) -> Iterator[dict[str, Any]]:
+    """Every pod spec (a dict with a list of containers) anywhere in x."""
     if isinstance(x, dict):
         if isinstance(x.get("containers"), list):
-            x["hostNetwork"] = True
+            yield x
         for v in x.values():
-            host_network(v)
+            yield from pod_specs(v)
     elif isinstance(x, list):
         for v in x:
-            host_network(v)
+            yield from pod_specs(v)
+
+
+def host_network(x: Any) -> None:
+    for spec in pod_specs(x):
+        spec["hostNetwork"] = True
 
 
 def load(path: Path) -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ from tests.cluster.held import held_to
 from tests.cluster.release import OFF, RELEASE_NS, image_ref
 from tests.cluster.timings import TIMINGS
 from tests.seedfiles import plain_torchrun
-from tests.test_corpus import host_network, preview_of
+from tests.test_corpus import host_network, pod_specs, preview_of
 
 pytestmark = pytest.mark.cluster
 
@@ -1124,22 +1124,13 @@ def corpus_job(
         if d["kind"] not in CLUSTER_SCOPED:
             d["metadata"]["namespace"] = ML
 
-    def stand_in(x: Any) -> None:
-        if isinstance(x, dict):
-            if isinstance(x.get("containers"), list) and program:
-                x.setdefault("volumes", []).append({"name": "stand-in", "configMap": {
-                    "name": "ddp-script", "items": [{"key": "train.py", "path": filename}]}})  # fmt: skip
-                for c in x["containers"]:
-                    c.setdefault("volumeMounts", []).append({"name": "stand-in", "mountPath": folder, "readOnly": True})
-                    if workdir:
-                        c["workingDir"] = folder
-            for v in x.values():
-                stand_in(v)
-        elif isinstance(x, list):
-            for v in x:
-                stand_in(v)
-
-    stand_in(docs)
+    for spec in pod_specs(docs) if program else ():
+        spec.setdefault("volumes", []).append({"name": "stand-in", "configMap": {
+            "name": "ddp-script", "items": [{"key": "train.py", "path": filename}]}})  # fmt: skip
+        for c in spec["containers"]:
+            c.setdefault("volumeMounts", []).append({"name": "stand-in", "mountPath": folder, "readOnly": True})
+            if workdir:
+                c["workingDir"] = folder
     return docs
 
 
