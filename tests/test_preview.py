@@ -412,3 +412,34 @@ def test_a_count_over_the_previews_bound_is_refused_in_one_line_not_expanded(tmp
     out = run_cli("explain", "-f", str(f))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "spec.replicas is 100000000: over the 10000 the preview expands" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("kind", "what"),
+    [("lws", "LeaderWorkerSet big expands to 100000000 pods"), ("jobset", "JobSet big expands to"),
+     ("volcano", "Volcano Job big expands to 20000 pods"), ("pytorchjob", "PyTorchJob big expands to 20000 pods"),
+     ("file", "the file expands to 10001 pods")],
+)  # fmt: skip
+def test_a_product_of_counts_over_the_bound_is_refused_before_its_pods_are_made(
+    kind: str, what: str, tmp_path: Path
+) -> None:
+    """Each count within the bound, their product or sum not: LWS groups x size, a JobSet's
+    replicas x parallelism, tasks or replica types added up, objects of one file added up."""
+    spec = {"containers": [{"name": "c", "image": "x", "command": ["torchrun", "t.py"]}], "hostNetwork": True}
+    job = {"parallelism": 10_000, "completions": 10_000, "template": {"spec": spec}}
+    objs: list[dict[str, Any]] = {
+        "lws": [{"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "big"},
+                 "spec": {"replicas": 10_000, "leaderWorkerTemplate": {"size": 10_000, "workerTemplate": {"spec": spec}}}}],
+        "jobset": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "big"},
+                    "spec": {"replicatedJobs": [{"name": "w", "replicas": 10_000, "template": {"spec": job}}]}}],
+        "volcano": [{"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "big"},
+                     "spec": {"tasks": [{"name": n, "replicas": 10_000, "template": {"spec": spec}} for n in "ab"]}}],
+        "pytorchjob": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "big"},
+                        "spec": {"pytorchReplicaSpecs": {t: {"replicas": 10_000, "template": {"spec": spec}}
+                                                         for t in ("Master", "Worker")}}}],
+        "file": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec},
+                 {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": job},
+                 {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"}, "spec": spec}],
+    }[kind]  # fmt: skip
+    with pytest.raises(controllers.ExpandError, match=what):
+        controllers.expand(objs, "ml")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from app.controllers import appwrapper, batch, kubeflow, lws, mpi, trainer, volcano
-from app.controllers.common import ExpandError, Obj, as_dict
+from app.controllers.common import ExpandError, Obj, as_dict, pod_count
 
 # (apiVersion group, kind) -> the controller's expansion. A TrainJob's needs its runtime.
 EXPANDERS: dict[tuple[str, str], Callable[[Obj], list[Obj]]] = {
@@ -68,6 +68,7 @@ def expand(
                 if isinstance(o, dict) and o.get("kind") in RUNTIME_KINDS}  # fmt: skip
     out: list[Expansion] = []
     for obj in objects:
+        pod_count(sum(len(ex.pods) for ex in out), "the file")  # all its objects together
         if not isinstance(obj, dict):
             raise ExpandError("the file holds something that is not an object")
         kind = str(obj.get("kind") or "")
@@ -105,6 +106,7 @@ def expand(
         else:
             made = volcano.configmaps(obj) if (group_of(obj), kind) == ("batch.volcano.sh", "Job") else {}
             out.append(Expansion(f"{kind}/{name}", pods, configmaps=made))
+    pod_count(sum(len(ex.pods) for ex in out), "the file")
     return out
 
 

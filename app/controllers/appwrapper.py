@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
-from app.controllers.common import ExpandError, Obj, as_dict, meta, name_of, owner
+from app.controllers.common import ExpandError, Obj, as_dict, meta, name_of, owner, pod_count
 
 GROUP = "workload.codeflare.dev"
 LABEL = f"{GROUP}/appwrapper"
@@ -68,4 +68,5 @@ def pods(obj: Obj, expand_one: Callable[[Obj], list[Obj] | None]) -> list[Obj]:
         if made is None:
             raise ExpandError(f"AppWrapper {name_of(obj)}: cannot expand its component of kind {child.get('kind')}")
         out += made
+        pod_count(len(out), f"AppWrapper {name_of(obj)}")
     return out

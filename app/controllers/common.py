@@ -67,6 +67,14 @@ def integer(value: Any, default: int, what: str, limit: int = MAX_COUNT) -> int:
     return value
 
 
+def pod_count(n: int, what: str) -> int:
+    """The pods an object (or a file) expands to, a product or sum of counts: bounded like each
+    count, checked before the pods are made (LWS groups x size would be 10^8 otherwise)."""
+    if n > MAX_COUNT:
+        raise ExpandError(f"{what} expands to {n} pods: over the {MAX_COUNT} the preview expands")
+    return n
+
+
 def template_of(obj: Obj, what: str) -> Obj:
     """spec.template of a workload, or a one-line reason why there is none."""
     template = as_dict(obj.get("spec")).get("template")

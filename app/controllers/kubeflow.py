@@ -15,6 +15,7 @@ from app.controllers.common import (
     meta,
     name_of,
     owner,
+    pod_count,
     pod_from_template,
 )
 
@@ -32,6 +33,7 @@ def pytorchjob(obj: Obj) -> list[Obj]:
     counts = {
         str(t): integer((r or {}).get("replicas"), 1, f"PyTorchJob {name}: {t}.replicas") for t, r in replicas.items()
     }
+    pod_count(sum(counts.values()), f"PyTorchJob {name}")
     has_master = any(t.lower() == "master" for t in replicas)
     elastic = spec.get("elasticPolicy") if isinstance(spec.get("elasticPolicy"), dict) else None
     world = sum(counts.values())

@@ -14,6 +14,7 @@ from app.controllers.common import (
     literal,
     meta,
     name_of,
+    pod_count,
     pod_from_template,
     uid_of,
 )
@@ -29,6 +30,7 @@ def leaderworkerset(obj: Obj) -> list[Obj]:
         raise ExpandError(f"LeaderWorkerSet {name}: no spec.leaderWorkerTemplate.workerTemplate")
     groups = integer(spec.get("replicas"), 1, f"LeaderWorkerSet {name}: spec.replicas")
     size = integer(lwt.get("size"), 1, f"LeaderWorkerSet {name}: leaderWorkerTemplate.size")
+    pod_count(groups * size, f"LeaderWorkerSet {name}")
     leader_template: Obj = as_dict(lwt.get("leaderTemplate")) or as_dict(lwt["workerTemplate"])
     pods: list[Obj] = []
     for g in range(groups):

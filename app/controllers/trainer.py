@@ -23,6 +23,7 @@ from app.controllers.common import (
     literal,
     meta,
     name_of,
+    pod_count,
     strategic_merge,
     uid_of,
 )
@@ -64,6 +65,7 @@ def jobset(obj: Obj) -> list[Obj]:
             job = {"apiVersion": "batch/v1", "kind": "Job",
                    "metadata": {"name": job_name, "namespace": ns, "uid": f"<uid of Job {job_name}>"}, "spec": job_spec}  # fmt: skip
             pods += batch.job(job, {**shared, f"{J}priority": "0"}, shared)
+            pod_count(len(pods), f"JobSet {name}")  # replicas x parallelism: checked as it grows
     return pods
 
 

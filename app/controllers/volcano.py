@@ -15,6 +15,7 @@ from app.controllers.common import (
     meta,
     name_of,
     owner,
+    pod_count,
     pod_from_template,
     uid_of,
 )
@@ -44,6 +45,7 @@ def job(obj: Obj) -> list[Obj]:
     queue = str(spec.get("queue") or "default")
     counts = {str(t.get("name")): integer(t.get("replicas"), 1, f"Volcano Job {name}: task {t.get('name')}.replicas")
               for t in tasks}  # fmt: skip
+    pod_count(sum(counts.values()), f"Volcano Job {name}")
     pytorch = _plugin_args(plugins["pytorch"]) if isinstance(plugins.get("pytorch"), list) else None
     # Volcano's admission adds svc for the plugins that need it (pytorch, tensorflow, mpi, ray).
     svc = "svc" in plugins or any(k in plugins for k in ("pytorch", "tensorflow", "mpi", "ray"))
