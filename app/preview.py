@@ -120,7 +120,9 @@ def _without_torchrun(env: dict[str, str], row: Row, wrapped: bool) -> None:
             break
     else:
         if row.launcher == "mpijob":
-            row.backend = "mpirun over ssh (MPIJob): no rendezvous of ours; NCCL's env must come from the launcher"
+            row.backend = (
+                "mpirun over ssh (MPIJob): no rendezvous of ours; the ranks read NCCL's settings from /etc/nccl.conf"
+            )
             return
         if not env.get("LWS_LEADER_ADDRESS"):
             row.backend = "no torchrun and no MASTER_ADDR: no rendezvous of ours to preview"

@@ -80,6 +80,8 @@ def _training(pod: Obj, ctx: Context) -> list[Obj]:
     return [containers[i] for i in ctx.training]
 
 
+# What a profile may set (params.ALLOWED_ENV_KEY); of these, NCCL reads only its own from a file.
+ENV_PREFIXES = ("NCCL_", "RCCL_", "TORCH_NCCL_", "GLOO_", "UCX_", "NVSHMEM_")
 # GKE's GPUDirect-TCPX(O): a daemon container of the pod (a sidecar, or an init container with
 # restartPolicy Always) drives the GPU NICs, and NCCL's TCPX plugin talks to it; no InfiniBand.
 TCPX_DAEMONS = ("tcpx-daemon", "tcpxo-daemon")
@@ -244,13 +246,48 @@ def nccl_env(pod: Obj, ctx: Context) -> StepOutcome:
         env = Env(c)
         for key, value in ctx.profile.env:
             env.set_default(key, value)
-    if ctx.info.launcher == "mpijob" and mpijob.role(pod) == "worker" and ctx.profile.env:
-        # Its container runs sshd; mpirun's ranks start in ssh sessions, which sshd begins
-        # with an empty environment: the pod's env never reaches NCCL there.
-        pairs = " ".join(f"{k}={v}" for k, v in ctx.profile.env)
-        ctx.warn(
-            "MPIJob worker: mpirun starts the ranks on this pod over ssh, and sshd gives each a fresh environment, so "
-            f"the NCCL settings added here reach them only from the launcher: set {pairs} on the launcher's container "
-            "and, with Open MPI, pass each on with mpirun -x NAME (MPICH and Intel MPI pass the launcher's environment on)"
-        )
+    if ctx.info.launcher == "mpijob" and mpijob.role(pod) == "worker":
+        _nccl_conf(pod, ctx)
     return None
+
+
+def _nccl_conf(pod: Obj, ctx: Context) -> None:
+    """An MPIJob worker runs sshd, and mpirun's ranks start in ssh sessions that sshd begins
+    with an empty environment: the container's env never reaches NCCL there. NCCL also reads
+    /etc/nccl.conf in every process (after the env and ~/.nccl.conf, which win: checked with
+    NCCL 2.28, tests/logs/nccl-conf-h200/), so the container's NCCL_* settings go there too, as
+    a downward-API file of an annotation. What cannot go there is said."""
+    main = _training(pod, ctx)[:1]  # the operator's container: where its sshd runs
+    if not main:
+        return
+    c = main[0]
+    lines: list[str] = []
+    left: list[str] = []
+    for e in c.get("env") or []:
+        key = str(e.get("name") or "") if isinstance(e, dict) else ""
+        if not key.startswith(ENV_PREFIXES):
+            continue
+        value = e.get("value")
+        if key.startswith("NCCL_") and isinstance(value, str) and "\n" not in value and "\r" not in value:
+            lines.append(f"{key}={value}")
+        else:  # another library's, from a ConfigMap or Secret, or over several lines
+            left.append(key)
+    mounted = mount_at(c, names.NCCL_CONF_PATH)
+    theirs = mounted is not None and mounted.get("name") != names.VOL_NCCL_CONF
+    if lines and not theirs:
+        child(child(pod, "metadata"), "annotations")[names.ANN_NCCL_CONF] = "\n".join(lines) + "\n"
+        path = f"metadata.annotations['{names.ANN_NCCL_CONF}']"
+        add_volume(_spec(pod), {"name": names.VOL_NCCL_CONF,
+                                "downwardAPI": {"items": [{"path": "nccl.conf", "fieldRef": {"fieldPath": path}}]}})  # fmt: skip
+        if mounted is None:
+            add_mount(c, names.VOL_NCCL_CONF, names.NCCL_CONF_PATH, "nccl.conf")
+            c["volumeMounts"][-1]["readOnly"] = True
+    elif lines:  # the user's own /etc/nccl.conf
+        left = [ln.split("=", 1)[0] for ln in lines] + left
+    if left:
+        ctx.warn(
+            "MPIJob worker: mpirun starts the ranks on this pod over ssh, and sshd gives each a fresh environment: "
+            f"{', '.join(left)} reach them only from the launcher (not in the /etc/nccl.conf NCCL reads"
+            f"{': the container mounts its own' if theirs else ''}); set them on the launcher's container and, with "
+            "Open MPI, pass each on with mpirun -x NAME (MPICH and Intel MPI pass the launcher's environment on)"
+        )

@@ -38,6 +38,11 @@ ANN_REQUIRE_RDMA = rules.ANN_REQUIRE_RDMA
 # Volumes we add. The prefix lets a second pass recognise its own work.
 VOL_INFINIBAND = "hostnet-rdma-ib"
 VOL_SHM = "hostnet-rdma-shm"
+# An MPIJob worker's /etc/nccl.conf (a downward-API file of ANN_NCCL_CONF): NCCL reads it in
+# every process, also in the ranks sshd starts with an empty environment.
+VOL_NCCL_CONF = "hostnet-rdma-nccl-conf"
+ANN_NCCL_CONF = f"{DOMAIN}/nccl-conf"
+NCCL_CONF_PATH = "/etc/nccl.conf"
 # Mounted at BIN_DIR, hence its name.
 VOL_BIN = "hostnet-rdma"
 # The init container that copies the wrapper into VOL_BIN (wrapper.delivery: initContainer),

@@ -378,6 +378,10 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
     if not ctx.flag(names.ANN_WRAP, ctx.params.config.wrap):
         return "turned off"
     info = ctx.info
+    containers = pod["spec"]["containers"]
+    if info.launcher == "mpijob" and not any(runs_torch_distributed(containers[i]) for i in ctx.training):
+        # sshd on the workers, mpirun on the launcher: an ssh session sees nothing of the wrapper.
+        return "an MPIJob pod: mpirun starts the ranks (over ssh on the workers); no torchrun to wrap"
     if not info.advertised_address:
         ctx.warn(
             f"launcher {info.launcher}: no stable DNS name for this pod (set spec.hostname and "

@@ -63,9 +63,10 @@ NOTES = {
     "RDMA may not work in this pod",
     "EnvFromOverridden": "envFrom values are invisible at admission: the profile's NCCL env wins over them",
     "DnsPolicyKept": "dnsPolicy Default kept: the pods' DNS names will not resolve, and the rendezvous cannot form",
-    "MPIEnvNotForwarded": "MPIJob workers run sshd, and the ranks mpirun starts there get a fresh environment: the "
-    "NCCL env set on the workers reaches them only if the launcher sets it and passes it on (mpirun -x NAME with "
-    "Open MPI); the worker's admission warning lists the values",
+    "MPIEnvNotForwarded": "MPIJob workers run sshd, and the ranks mpirun starts there get a fresh environment: "
+    "settings the webhook could not write to the worker's /etc/nccl.conf (the container mounts its own, or another "
+    "library's) reach them only if the launcher sets them and passes them on (mpirun -x NAME with Open MPI); the "
+    "worker's admission warning names them",
     "PodLeftUnchanged": "the pod could not be handled safely and was admitted unchanged, without the RDMA plumbing",
     "AnnotationIgnored": "a hostnet-rdma.io/ annotation has a value that is not understood; it was ignored",
     FALLBACK_REASON: "an admission warning",

@@ -4,7 +4,7 @@
 #   pause.tar     the pod sandbox image (a static C binary)            localhost/pause:1
 #   webhook.tar   deploy/Dockerfile itself, built by buildah           localhost/hostnet-rdma:test-<hash>
 #   wrapper.tar   its `wrapper` target: the wrapper's files, from scratch localhost/hostnet-rdma-wrapper:test-<hash>
-#   train.tar     Debian Python + a real torchrun entry point          localhost/hostnet-rdma-train:<hash>
+#   train.tar     Debian Python, OpenSSH + a real torchrun entry point  localhost/hostnet-rdma-train:<hash>
 # The webhook image's base stands in for python:3.11-slim (no registry here): Debian bookworm
 # from debootstrap with Python 3.11 and pip, passed as the Dockerfile's BASE build argument, so
 # users still build on the default base. Cached by content; the webhook image is rebuilt
@@ -92,7 +92,8 @@ dockerfile_target wrapper "localhost/hostnet-rdma-wrapper:test-$hash" wrapper
 thash=$(cat tests/cluster/images/train.Dockerfile tests/cluster/images/torchrun | sha256sum | cut -c1-12)
 tref="localhost/hostnet-rdma-train:$thash"
 if [ ! -f "$OUT/train-$thash.tar" ]; then
-  buildah bud --quiet --pull=never --build-arg "BASE=$BASE_REF" -f tests/cluster/images/train.Dockerfile \
+  # --network host: its RUN installs OpenSSH from the Debian mirror this machine reaches.
+  buildah bud --quiet --pull=never --network host --build-arg "BASE=$BASE_REF" -f tests/cluster/images/train.Dockerfile \
     -t "$tref" tests/cluster/images >"$OUT/train-build.log" 2>&1 || { tail -30 "$OUT/train-build.log" >&2; exit 1; }
   rm -f "$OUT"/train-*.tar
   buildah push --quiet "$tref" "docker-archive:$OUT/train-$thash.tar.tmp:$tref"

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.core import InjectConfig
+from app.core import InjectConfig, names
 from app.core.mutate import job_port
 from tests.cluster import launchers
 from tests.cluster.conftest import torch_sites
@@ -1159,8 +1159,9 @@ def test_corpus_files_through_the_real_controllers(cluster: Cluster, installed: 
     - JobSet's resnet.yaml (static, no --nnodes): each pod's termination message is the
       preview's refusal.
     - Trainer's multi-node example with the runtime the pinned Trainer ships: completes.
-    - The MPI Operator's nccl-tests MPIJob: its workers (sshd, not in the tier's image) are
-      plumbed and warned that the ranks do not see their env; its launcher is left alone.
+    - The MPI Operator's nccl-tests MPIJob (the tier's image has sshd, not mpirun): a real ssh
+      session from the launcher into a worker, as mpirun starts a rank there, has none of the
+      pod's env but reads the worker's NCCL settings in /etc/nccl.conf; the launcher is left alone.
     Each job's pods are the preview's (tests/cluster/held.py), as is a host-network Deployment's.
     The two PyTorchJobs ask for one host port (23456): the second runs after the first."""
     image, sites = image_ref(cluster, "train"), torch_sites()
@@ -1168,7 +1169,7 @@ def test_corpus_files_through_the_real_controllers(cluster: Cluster, installed: 
     echo = corpus_job("training-operator/elastic-echo", image, sites, program="/opt/echo/echo.py", workdir=True)
     resnet = corpus_job("jobset/pytorch-resnet", image, sites)
     multi = corpus_job("trainer/multi-node", image, sites)
-    nccl = corpus_job("mpi-operator/nccl-tests", image, sites)  # its workers' sshd is not in the image: held only
+    nccl = corpus_job("mpi-operator/nccl-tests", image, sites)  # the image has sshd, not mpirun
     deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ddp-deploy", "namespace": ML},
               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "ddp-deploy"}},
                        "template": {"metadata": {"labels": {"app": "ddp-deploy"}},
@@ -1237,16 +1238,26 @@ def test_corpus_files_through_the_real_controllers(cluster: Cluster, installed: 
                                      ("mpijob", "nccl-tests", jobs_["mpijob/nccl-tests"]),
                                      ("deployment", "ddp-deploy", "app=ddp-deploy")):  # fmt: skip
             read_back(cluster, ML, selector, f"corpus-{kind}-{name}", (kind, name))
-        # The MPIJob: its workers plumbed and warned (sshd drops their env), its launcher (mpirun
-        # only) left alone; the warning is an Event on the MPIJob.
-        for p in pods(cluster, ML, jobs_["mpijob/nccl-tests"]):
-            role = p["metadata"]["labels"]["training.kubeflow.org/job-role"]
-            status = (p["metadata"].get("annotations") or {}).get("hostnet-rdma.io/status")
-            assert (status is not None) == (role == "worker"), (p["metadata"]["name"], status)
-        deadline = time.monotonic() + 30
-        while "MPIEnvNotForwarded" not in (seen := cluster.kubectl("describe", "mpijob", "nccl-tests", "-n", ML)):
-            assert time.monotonic() < deadline, seen[-3000:]
-            time.sleep(1)
+        # The MPIJob: its workers plumbed, its launcher (mpirun only) left alone. From the
+        # launcher, over the operator's ssh key, into a worker's real sshd, as mpirun starts a
+        # rank: the session has none of the pod's env, and /etc/nccl.conf has its NCCL settings.
+        mpi = {p["metadata"]["labels"]["training.kubeflow.org/job-role"] + p["metadata"]["name"][-1]: p
+               for p in pods(cluster, ML, jobs_["mpijob/nccl-tests"])}  # fmt: skip
+        worker, launcher = mpi["worker0"], next(p for k, p in mpi.items() if k.startswith("launcher"))
+        assert names.STATUS_ANNOTATION not in (launcher["metadata"].get("annotations") or {}), launcher["metadata"]
+        conf = worker["metadata"]["annotations"][names.ANN_NCCL_CONF]
+        env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
+        assert conf.splitlines() == [f"{k}={v}" for k, v in env.items() if k.startswith("NCCL_")], (conf, env)
+        t0, session = time.monotonic(), ""
+        while "---" not in session and time.monotonic() < t0 + 90:
+            session = cluster.kubectl("exec", "-n", ML, launcher["metadata"]["name"], "--", "ssh", "-o",
+                                      "ConnectTimeout=5", "nccl-tests-worker-0.nccl-tests",
+                                      "env; echo ---; cat /etc/nccl.conf", check=False)  # fmt: skip
+            time.sleep(1 if "---" not in session else 0)
+        TIMINGS["MPIJob: launcher to worker over ssh, the worker's /etc/nccl.conf read"] = time.monotonic() - t0
+        seen_env, _, seen_conf = session.partition("---\n")
+        assert seen_conf == conf, session[-3000:]
+        assert "K_MPI_JOB_ROLE" not in seen_env and "NCCL_" not in seen_env, seen_env  # sshd's fresh environment
         # The failed JobSet's Job deleted the pods still Pending (4 pods, one host port, 2 nodes).
         real = pods(cluster, ML, jobs_["jobset/pytorch"])
         diffs = held_to([cluster.kubectl_json("get", "jobset", "pytorch", "-n", ML)], real)

@@ -4,5 +4,14 @@
 # PYTHONPATH set by the job (tests/cluster/jobs.py).
 ARG BASE
 FROM ${BASE}
+# OpenSSH as the MPI Operator's images set it up: an MPIJob's workers run `sshd -De` and its
+# launcher reaches them with the key the operator mounts from a Secret at /root/.ssh (read-only,
+# so no known_hosts and no permission checks), on port 2222.
+RUN apt-get update -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server openssh-client \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /run/sshd \
+ && printf 'StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\nPort 2222\n' >>/etc/ssh/ssh_config \
+ && printf 'StrictModes no\nPort 2222\n' >>/etc/ssh/sshd_config
 COPY torchrun /usr/local/bin/torchrun
 ENV OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
