@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from app.controllers import expand
+from app.core.names import INIT_CONTAINER
 from app.core.wrap import STORE_PORT_NAME
 
 Obj = dict[str, Any]
@@ -70,6 +71,11 @@ def differences(expected: Obj, real: Obj) -> list[str]:
     for key in ("hostname", "subdomain"):
         if expected["spec"].get(key) != real["spec"].get(key):
             out.append(f"spec.{key} {expected['spec'].get(key)} != {real['spec'].get(key)}")
+    # The controller's init containers (the Training Operator's wait for master-0), not ours.
+    want_init = [c["name"] for c in expected["spec"].get("initContainers") or []]
+    have_init = [c["name"] for c in real["spec"].get("initContainers") or [] if c["name"] != INIT_CONTAINER]
+    if want_init != have_init:
+        out.append(f"initContainers {want_init} != {have_init}")
     real_containers = {c["name"]: c for c in real["spec"].get("containers") or []}
     for c in expected["spec"].get("containers") or []:
         r = real_containers.get(c["name"])

@@ -145,17 +145,23 @@ def enable_frameworks(docs: list[dict[str, Any]], frameworks: tuple[str, ...]) -
     maps[0]["data"][key] = yaml.safe_dump(config, sort_keys=False)
 
 
-def without_mpijob_v1(docs: list[dict[str, Any]], ctl: Controller) -> list[dict[str, Any]]:
+def training_operator(docs: list[dict[str, Any]], ctl: Controller, init_image: str) -> list[dict[str, Any]]:
     """The Training Operator beside the MPI Operator, as the two must be set up to run side by
     side: its own MPIJob (kubeflow.org/v1) would take the CRD the MPI Operator's v2beta1 needs,
-    so that CRD is left out and the operator runs only its PyTorchJob controller."""
+    so that CRD is left out and the operator runs only its PyTorchJob controller. Its init
+    container for the workers of a job with a Master (`nslookup` of master-0 until it resolves)
+    runs the tier's training image (it has nslookup) instead of alpine:3.10 from Docker Hub."""
     kept = [d for d in docs if not (d.get("kind") == "CustomResourceDefinition"
                                     and d["metadata"]["name"] == "mpijobs.kubeflow.org")]  # fmt: skip
     for d in kept:
         if d.get("kind") == "Deployment":
             for container in d["spec"]["template"]["spec"]["containers"]:
                 if container["name"] == ctl.container:
-                    container["command"] = [*container["command"], "--enable-scheme=pytorchjob"]
+                    container["command"] = [
+                        *container["command"],
+                        "--enable-scheme=pytorchjob",
+                        f"--pytorch-init-container-image={init_image}",
+                    ]
     assert len(kept) == len(docs) - 1, "training-operator: expected its mpijobs.kubeflow.org CRD"
     return kept
 
@@ -171,7 +177,7 @@ def install(c: Cluster, name: str) -> float:
     if name == "kueue":
         enable_frameworks(docs, KUEUE_FRAMEWORKS)
     if name == "training-operator":
-        docs = without_mpijob_v1(docs, ctl)
+        docs = training_operator(docs, ctl, (c.images / "train.ref").read_text().strip())
     c.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
               stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), timeout=180)  # fmt: skip
     deployments = [d["metadata"]["name"] for d in docs if d.get("kind") == "Deployment"]

@@ -1117,7 +1117,7 @@ def corpus_job(
     docs = example(path.stem, ML, image, sites, source=path.parent)
     if path.parent.name == "trainer":  # the runtime the pinned Trainer ships (the corpus's is newer)
         runtimes = launchers.module_dir(*launchers.PINS["trainer"]) / "manifests" / "base" / "runtimes"
-        docs += example("torch_distributed", ML, image, sites, source=runtimes)
+        docs = [*example("torch_distributed", ML, image, sites, source=runtimes), *docs]  # before its TrainJob
     host_network(docs)
     folder, _, filename = program.rpartition("/")
     for d in docs:
@@ -1147,6 +1147,7 @@ def row_of(rows: dict[str, Any], pod: str) -> Any:
     return rows.get(pod) or next(r for k, r in rows.items() if pod.startswith(k))
 
 
+@pytest.mark.timeout(900)
 def test_corpus_files_through_the_real_controllers(cluster: Cluster, installed: dict[str, float]) -> None:
     """A subset of the corpus (tests/corpus/: files from the launchers' own repositories) applied
     as written, `hostNetwork: true` added: the real controllers make the pods, the webhook
@@ -1162,7 +1163,8 @@ def test_corpus_files_through_the_real_controllers(cluster: Cluster, installed: 
     - The MPI Operator's nccl-tests MPIJob (the tier's image has sshd, not mpirun): a real ssh
       session from the launcher into a worker, as mpirun starts a rank there, has none of the
       pod's env but reads the worker's NCCL settings in /etc/nccl.conf; the launcher is left alone.
-    Each job's pods are the preview's (tests/cluster/held.py), as is a host-network Deployment's.
+    Each job's pods are the preview's (tests/cluster/held.py), as are a host-network Deployment's
+    and DaemonSet's.
     The two PyTorchJobs ask for one host port (23456): the second runs after the first."""
     image, sites = image_ref(cluster, "train"), torch_sites()
     simple = corpus_job("training-operator/simple", image, sites, program="/opt/mnist/src/mnist.py")
@@ -1177,6 +1179,13 @@ def test_corpus_files_through_the_real_controllers(cluster: Cluster, installed: 
                                         "name": "trainer", "image": image, "imagePullPolicy": "Never",
                                         "command": ["torchrun", "--nnodes=2", "train.py"]}],
                                              "nodeSelector": {"hostnet-rdma.io/none": "held-only"}}}}}  # fmt: skip
+    # A DaemonSet's pods are made for the nodes it selects: one per node, each `<ds>-<random>`.
+    daemons = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "hostnet-ds", "namespace": ML},
+               "spec": {"selector": {"matchLabels": {"app": "hostnet-ds"}},
+                        "template": {"metadata": {"labels": {"app": "hostnet-ds"}},
+                                     "spec": {"hostNetwork": True, "containers": [{
+                                         "name": "agent", "image": image, "imagePullPolicy": "Never",
+                                         "command": ["sleep", "600"]}]}}}}  # fmt: skip
     jobs_ = {"pytorchjob/pytorch-simple": "training.kubeflow.org/job-name=pytorch-simple",
              "jobset/pytorch": "jobset.sigs.k8s.io/jobset-name=pytorch",
              "trainjob/multi-node-example": "jobset.sigs.k8s.io/jobset-name=multi-node-example",
@@ -1184,20 +1193,31 @@ def test_corpus_files_through_the_real_controllers(cluster: Cluster, installed: 
              "mpijob/nccl-tests": "training.kubeflow.org/job-name=nccl-tests"}  # fmt: skip
     t0 = time.monotonic()
     try:
-        launchers.apply_with_retry(cluster, [*simple, *resnet, *multi, *nccl, deploy])
-        outcomes = {"pytorchjob/pytorch-simple": condition(cluster, "pytorchjob", ML, "pytorch-simple",
-                                                           ("Succeeded", "Failed"), 300)}  # fmt: skip
-        launchers.apply_with_retry(cluster, echo)
-        outcomes["jobset/pytorch"] = condition(cluster, "jobset", ML, "pytorch", ("Completed", "Failed"), 120)
-        outcomes["trainjob/multi-node-example"] = condition(cluster, "trainjob", ML, "multi-node-example",
-                                                            ("Complete", "Failed"), 300)  # fmt: skip
-        outcomes["pytorchjob/elastic-example-echo"] = condition(cluster, "pytorchjob", ML, "elastic-example-echo",
-                                                                ("Succeeded", "Failed"), 300)  # fmt: skip
-        TIMINGS["corpus subset (4 files, the PyTorchJobs one after the other) to done"] = time.monotonic() - t0
+        launchers.apply_with_retry(cluster, [*simple, *resnet, *multi, *nccl, deploy, daemons])
         want = {"pytorchjob/pytorch-simple": "Succeeded", "jobset/pytorch": "Failed",
                 "trainjob/multi-node-example": "Complete", "pytorchjob/elastic-example-echo": "Succeeded"}  # fmt: skip
-        for job, outcome in sorted(outcomes.items()):
+
+        def finish(job: str, timeout: float) -> None:
+            kind, name = job.split("/")
+            outcome = condition(cluster, kind, ML, name, ("Succeeded", "Completed", "Complete", "Failed"), timeout)
             assert outcome == want[job], f"{job}: {outcome}\n" + failure_report(cluster, ML, jobs_[job])
+
+        # The refused JobSet's pods, caught with their termination messages: a failed JobSet
+        # deletes its Jobs, and their pods with them.
+        refused: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + 90
+        while not refused and time.monotonic() < deadline:
+            for p in pods(cluster, ML, jobs_["jobset/pytorch"]):
+                for s in p["status"].get("containerStatuses") or []:
+                    if (s["state"].get("terminated") or s["lastState"].get("terminated") or {}).get("message"):
+                        refused[p["metadata"]["name"]] = p
+            time.sleep(0.5)
+        finish("pytorchjob/pytorch-simple", 240)
+        launchers.apply_with_retry(cluster, echo)
+        finish("jobset/pytorch", 60)
+        finish("trainjob/multi-node-example", 120)
+        finish("pytorchjob/elastic-example-echo", 180)
+        TIMINGS["corpus subset (4 files, the PyTorchJobs one after the other) to done"] = time.monotonic() - t0
         found = {job: logs_of(cluster, ML, sel) for job, sel in jobs_.items()}
 
         # env:// without torchrun: the hook's line names the preview's local address; DDP ran.
@@ -1222,21 +1242,19 @@ def test_corpus_files_through_the_real_controllers(cluster: Cluster, installed: 
 
         # No --nnodes in a static JobSet: refused where the user looks, in the preview's words.
         rows = corpus_rows(cluster, "jobset", "pytorch")
-        refused = 0
-        for p in pods(cluster, ML, jobs_["jobset/pytorch"]):
-            for s in p["status"].get("containerStatuses") or []:
-                message = (s["state"].get("terminated") or s["lastState"].get("terminated") or {}).get("message") or ""
-                if message:
-                    refused += 1
-                    reason = row_of(rows, p["metadata"]["name"]).refusal
-                    assert reason and "--nnodes not given" in reason and reason[:80] in message, (message, reason)
-        assert refused >= 1, failure_report(cluster, ML, jobs_["jobset/pytorch"])
+        assert refused, "no pod of the JobSet ended with a termination message within 90 s"
+        for name, p in refused.items():
+            (s,) = p["status"]["containerStatuses"]
+            message = (s["state"].get("terminated") or s["lastState"].get("terminated"))["message"]
+            reason = row_of(rows, name).refusal
+            assert reason and "--nnodes not given" in reason and reason[:80] in message, (message, reason)
 
         for kind, name, selector in (("pytorchjob", "pytorch-simple", jobs_["pytorchjob/pytorch-simple"]),
                                      ("pytorchjob", "elastic-example-echo", jobs_["pytorchjob/elastic-example-echo"]),
                                      ("trainjob", "multi-node-example", jobs_["trainjob/multi-node-example"]),
                                      ("mpijob", "nccl-tests", jobs_["mpijob/nccl-tests"]),
-                                     ("deployment", "ddp-deploy", "app=ddp-deploy")):  # fmt: skip
+                                     ("deployment", "ddp-deploy", "app=ddp-deploy"),
+                                     ("daemonset", "hostnet-ds", "app=hostnet-ds")):  # fmt: skip
             read_back(cluster, ML, selector, f"corpus-{kind}-{name}", (kind, name))
         # The MPIJob: its workers plumbed, its launcher (mpirun only) left alone. From the
         # launcher, over the operator's ssh key, into a worker's real sshd, as mpirun starts a
@@ -1258,12 +1276,11 @@ def test_corpus_files_through_the_real_controllers(cluster: Cluster, installed: 
         seen_env, _, seen_conf = session.partition("---\n")
         assert seen_conf == conf, session[-3000:]
         assert "K_MPI_JOB_ROLE" not in seen_env and "NCCL_" not in seen_env, seen_env  # sshd's fresh environment
-        # The failed JobSet's Job deleted the pods still Pending (4 pods, one host port, 2 nodes).
-        real = pods(cluster, ML, jobs_["jobset/pytorch"])
-        diffs = held_to([cluster.kubectl_json("get", "jobset", "pytorch", "-n", ML)], real)
-        assert real and [d for d in diffs if "no such real pod" not in d] == [], diffs
+        # The failed JobSet deleted its pods: those caught above (4 pods, one host port, 2 nodes).
+        diffs = held_to([cluster.kubectl_json("get", "jobset", "pytorch", "-n", ML)], list(refused.values()))
+        assert [d for d in diffs if "no such real pod" not in d] == [], diffs
     finally:
-        for job in [*jobs_, "deployment/ddp-deploy"]:
+        for job in [*jobs_, "deployment/ddp-deploy", "daemonset/hostnet-ds"]:
             cluster.kubectl("delete", job, "-n", ML, "--wait=false", check=False)
         # The MPI workers hold each node's test GPU: gone before the next test asks for it.
         deadline = time.monotonic() + 90
