@@ -105,6 +105,12 @@ def deployment(obj: Obj) -> list[Obj]:
 
 
 def daemonset(obj: Obj) -> list[Obj]:
+    """One of its pods (it makes one per node it selects, each pinned there by node affinity)."""
     name, ns = name_of(obj), str(meta(obj).get("namespace") or "default")
     template = template_of(obj, f"DaemonSet {name}")
-    return [pod_from_template(template, ns, generate_name=f"{name}-", owners=[owner(obj, "apps/v1", "DaemonSet")])]
+    labels = {
+        "controller-revision-hash": "<revision>",
+        "pod-template-generation": str(meta(obj).get("generation") or 1),
+    }
+    return [pod_from_template(template, ns, generate_name=f"{name}-", labels=labels,
+                              owners=[owner(obj, "apps/v1", "DaemonSet")])]  # fmt: skip
