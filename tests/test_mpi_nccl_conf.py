@@ -53,7 +53,12 @@ def test_a_workers_nccl_env_is_its_etc_nccl_conf() -> None:
     env = [(e["name"], e["value"]) for e in r.pod["spec"]["containers"][0]["env"] if e["name"].startswith("NCCL_")]
     assert env and r.pod["metadata"]["annotations"][names.ANN_NCCL_CONF] == "".join(f"{k}={v}\n" for k, v in env)
     (mount,) = _mounts(r.pod)
-    assert mount == {"name": names.VOL_NCCL_CONF, "mountPath": "/etc/nccl.conf", "subPath": "nccl.conf", "readOnly": True}
+    assert mount == {
+        "name": names.VOL_NCCL_CONF,
+        "mountPath": "/etc/nccl.conf",
+        "subPath": "nccl.conf",
+        "readOnly": True,
+    }
     (vol,) = [v for v in r.pod["spec"]["volumes"] if v["name"] == names.VOL_NCCL_CONF]
     (item,) = vol["downwardAPI"]["items"]
     assert item["fieldRef"]["fieldPath"] == f"metadata.annotations['{names.ANN_NCCL_CONF}']"
