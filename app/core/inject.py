@@ -28,6 +28,9 @@ class Context:
     # What will keep the job from training together (also warnings): the status annotation's
     # `problems`, for whoever reads the pod rather than the admission warnings.
     problems: list[str] = field(default_factory=list)
+    # Why the pod needs no RDMA devices of ours (own_devices): three steps ask, read once.
+    own_checked: bool = False
+    own_reason: str | None = None
 
     # Written out, as LauncherInfo's: the generated one runs interpreted in the compiled core.
     def __init__(
@@ -47,6 +50,8 @@ class Context:
         self.training = training
         self.warnings = [] if warnings is None else warnings
         self.problems = [] if problems is None else problems
+        self.own_checked = False
+        self.own_reason = None
 
     def flag(self, annotation: str, default: bool) -> bool:
         """A boolean knob: the pod annotation if it is a clear true/false, else the default."""
@@ -87,10 +92,17 @@ ENV_PREFIXES = ("NCCL_", "RCCL_", "TORCH_NCCL_", "GLOO_", "UCX_", "NVSHMEM_")
 TCPX_DAEMONS = ("tcpx-daemon", "tcpxo-daemon")
 
 
-def _own_devices(pod: Obj, prefixes: tuple[str, ...]) -> str | None:
+def own_devices(pod: Obj, ctx: Context) -> str | None:
     """Why the pod needs no RDMA devices of ours (no hostPath, no privileged, no SYS_ADMIN):
     a fabric's device plugin resource it requests (EFA, the RDMA shared device plugin...), or
     GPUDirect-TCPX's daemon beside it. None: the devices are ours to mount."""
+    if not ctx.own_checked:
+        ctx.own_reason = _own_devices(pod, ctx.params.config.rdma_resource_prefixes)
+        ctx.own_checked = True
+    return ctx.own_reason
+
+
+def _own_devices(pod: Obj, prefixes: tuple[str, ...]) -> str | None:
     spec = _spec(pod)
     for c in spec.get("containers") or []:
         resources = c.get("resources") or {}
@@ -120,7 +132,7 @@ def dns(pod: Obj, ctx: Context) -> StepOutcome:
 
 
 def infiniband(pod: Obj, ctx: Context) -> StepOutcome:
-    own = _own_devices(pod, ctx.params.config.rdma_resource_prefixes)
+    own = own_devices(pod, ctx)
     if own:
         return own
     path = ctx.params.config.infiniband_path
@@ -188,7 +200,7 @@ def _human(size: int) -> str:
 def capabilities(pod: Obj, ctx: Context) -> StepOutcome:
     # IPC_LOCK: NCCL pins its buffers. SYS_ADMIN only for RDMA devices by hostPath (as the tested
     # pods have them); a device plugin's devices (or TCPX's daemon) need no more than IPC_LOCK.
-    wanted = ("IPC_LOCK",) if _own_devices(pod, ctx.params.config.rdma_resource_prefixes) else ("IPC_LOCK", "SYS_ADMIN")
+    wanted = ("IPC_LOCK",) if own_devices(pod, ctx) else ("IPC_LOCK", "SYS_ADMIN")
     skipped: list[str] = []
     for c in _training(pod, ctx):
         sc = child(c, "securityContext")
@@ -215,7 +227,7 @@ def capabilities(pod: Obj, ctx: Context) -> StepOutcome:
 def privileged(pod: Obj, ctx: Context) -> StepOutcome:
     if not ctx.flag(names.ANN_PRIVILEGED, ctx.params.config.privileged):
         return "turned off"
-    own = _own_devices(pod, ctx.params.config.rdma_resource_prefixes)
+    own = own_devices(pod, ctx)
     if own:
         return own
     kept: list[str] = []

@@ -5,7 +5,7 @@ what matters is that sshd gives each rank a fresh environment (inject.nccl_env s
 
 from __future__ import annotations
 
-from app.core.launchers.base import LauncherInfo, Pod, dns_name, hostname_and_subdomain, owner, pod_labels
+from app.core.launchers.base import LauncherInfo, Pod, dns_name, hostname_and_subdomain, meta, owner, pod_labels
 
 JOB_NAME = "training.kubeflow.org/job-name"
 OPERATOR = "training.kubeflow.org/operator-name"
@@ -16,8 +16,12 @@ class MPIJob:
     name = "mpijob"
 
     def detect(self, pod: Pod) -> bool:
-        # The launcher's owner is the operator's Job: its labels say whose it is.
-        return pod_labels(pod).get(OPERATOR) == "mpi-operator" or owner(pod, "kubeflow.org", "MPIJob") is not None
+        # The launcher's owner is the operator's Job: its labels say whose it is. Read raw: every
+        # Job, StatefulSet and plain pod passes here.
+        labels = meta(pod).get("labels")
+        if isinstance(labels, dict) and labels.get(OPERATOR) == "mpi-operator":
+            return True
+        return owner(pod, "kubeflow.org", "MPIJob") is not None
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
         ref = owner(pod, "kubeflow.org", "MPIJob") or {}
