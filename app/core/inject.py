@@ -42,6 +42,8 @@ class Context:
         training: list[int],
         warnings: list[str] | None = None,
         problems: list[str] | None = None,
+        own_checked: bool = False,
+        own_reason: str | None = None,
     ) -> None:
         self.params = params
         self.info = info
@@ -50,8 +52,8 @@ class Context:
         self.training = training
         self.warnings = [] if warnings is None else warnings
         self.problems = [] if problems is None else problems
-        self.own_checked = False
-        self.own_reason = None
+        self.own_checked = own_checked
+        self.own_reason = own_reason
 
     def flag(self, annotation: str, default: bool) -> bool:
         """A boolean knob: the pod annotation if it is a clear true/false, else the default."""
