@@ -69,12 +69,13 @@ def test_what_cannot_go_to_the_file_is_named_and_a_users_own_file_is_kept() -> N
     pod = _worker()
     c = pod["spec"]["containers"][0]
     c["env"] = [{"name": "NCCL_IB_HCA", "valueFrom": {"configMapKeyRef": {"name": "site", "key": "hca"}}},
-                {"name": "NCCL_ALGO", "value": "Ring\nNCCL_PROTO=Simple"}, {"name": "UCX_TLS", "value": "rc"}]  # fmt: skip
+                {"name": "NCCL_ALGO", "value": "Ring\nNCCL_PROTO=Simple"}, {"name": "UCX_TLS", "value": "rc"},
+                {"name": "NCCL_IB_HCA_LONG", "value": "mlx5_" * 300}]  # fmt: skip
     r = mutate(copy.deepcopy(pod), PARAMS)
     conf = r.pod["metadata"]["annotations"][names.ANN_NCCL_CONF]
     assert "NCCL_IB_HCA" not in conf and "NCCL_ALGO" not in conf and "UCX_TLS" not in conf
     (warning,) = [w for w in r.warnings if w.startswith("MPIJob worker")]
-    assert "NCCL_IB_HCA, NCCL_ALGO, UCX_TLS reach them only from the launcher" in warning
+    assert "NCCL_IB_HCA, NCCL_ALGO, UCX_TLS, NCCL_IB_HCA_LONG reach them only from the launcher" in warning
     pod["spec"]["volumes"].append({"name": "site", "configMap": {"name": "site-nccl"}})
     c["volumeMounts"].append({"name": "site", "mountPath": "/etc/nccl.conf", "subPath": "nccl.conf"})
     r = mutate(pod, PARAMS)

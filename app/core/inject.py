@@ -87,6 +87,7 @@ def _training(pod: Obj, ctx: Context) -> list[Obj]:
     return [containers[i] for i in ctx.training]
 
 
+NCCL_CONF_FIELD = 1024  # NCCL's setEnvFile: char envVar[1024], envValue[1024]
 # What a profile may set (params.ALLOWED_ENV_KEY); of these, NCCL reads only its own from a file.
 ENV_PREFIXES = ("NCCL_", "RCCL_", "TORCH_NCCL_", "GLOO_", "UCX_", "NVSHMEM_")
 # GKE's GPUDirect-TCPX(O): a daemon container of the pod (a sidecar, or an init container with
@@ -282,9 +283,11 @@ def _nccl_conf(pod: Obj, ctx: Context) -> None:
         if not key.startswith(ENV_PREFIXES):
             continue
         value = e.get("value")
-        if key.startswith("NCCL_") and isinstance(value, str) and "\n" not in value and "\r" not in value:
+        # NCCL reads a line's name and value into 1,024-byte buffers: a longer one would be cut.
+        if (key.startswith("NCCL_") and isinstance(value, str) and "\n" not in value and "\r" not in value
+                and len(key) < NCCL_CONF_FIELD and len(value.encode()) < NCCL_CONF_FIELD):  # fmt: skip
             lines.append(f"{key}={value}")
-        else:  # another library's, from a ConfigMap or Secret, or over several lines
+        else:  # another library's, from a ConfigMap or Secret, over several lines, or too long
             left.append(key)
     mounted = mount_at(c, names.NCCL_CONF_PATH)
     theirs = mounted is not None and mounted.get("name") != names.VOL_NCCL_CONF
