@@ -8,7 +8,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from app.wrapper.fabric import STALL, Transport, unfinished
+from app.wrapper import nccllog
 from app.wrapper.rules import ENV_NCCL_STALL, NCCL_STALL_DEFAULT, help_topic
 
 # `hostnet-rdma help TOPIC` (docs/troubleshooting.md's sections) for what a failed check means.
@@ -16,6 +16,7 @@ SOCKETS = "NCCL uses sockets, or no GDRDMA"
 STALLED = "NCCL prints `Init START` and then nothing"
 RETRY = "Training hangs or crawls after NCCL connected: `transport retry counter exceeded`"
 WRAPPER = "The pod was admitted unchanged (`PodLeftUnchanged`)"
+ERRORS = "NCCL errors in the log"
 
 _WRAPPER = re.compile(r"hostnet-rdma: launcher=(\S+) backend=(\S+) is_host=(\S+) local_addr=(\S+) endpoint=(\S+)")
 
@@ -33,13 +34,15 @@ class Check:
 class Report:
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # One word for the whole log: healthy-<class>, or the kind of its first cause (nccllog.Problem).
+    verdict: str = ""
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "checks": [asdict(c) for c in self.checks], "notes": self.notes}
+        return {"ok": self.ok, "verdict": self.verdict, "checks": [asdict(c) for c in self.checks], "notes": self.notes}
 
     def table(self) -> str:
         width = max(len(c.name) for c in self.checks)
@@ -61,50 +64,39 @@ def expected_devices(nccl_ib_hca: str | None) -> set[str] | None:
 
 def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = True) -> Report:
     report = Report()
-    pending = unfinished(log)
+    found = nccllog.problems(log)
+    cause = nccllog.first_cause(found)
+    t = nccllog.Transport(log)  # NCCL's INFO lines, else the wrapper's transport line
+    pending = nccllog.unfinished(log)
     if pending:
         # NCCL's start-up never finished: what follows (transport, channels) was never decided.
-        stalled = next((ln[len(STALL) :] for ln in log.splitlines() if ln.startswith(STALL)), "")
+        stalled = next((ln[len(nccllog.STALL) :] for ln in log.splitlines() if ln.startswith(nccllog.STALL)), "")
+        explained = cause is not None and cause.primary
         report.checks.append(Check(
-            "start-up", False, stalled or f"{len(pending)} NCCL communicator(s) logged Init START and no Init COMPLETE",
+            "start-up", False,
+            stalled or f"{len(pending)} NCCL communicator(s) logged Init START and no Init COMPLETE",
+            f"explained by the {cause.title} error below" if explained and cause else
             "NCCL's start-up exchange never finished: most often a hop that drops large frames (NCCL's first "
             "messages are larger than a handshake) or a peer that never started. The wrapper probes the path "
             f"once a start-up stalls ({ENV_NCCL_STALL}, {NCCL_STALL_DEFAULT:g} s); hostnet-rdma doctor --between "
             "NODE_A,NODE_B checks it from the cluster", STALLED,
         ))  # fmt: skip
-    t = Transport(log)  # NCCL's INFO lines, else the wrapper's transport line
     said = " (the wrapper's transport line)" if t.from_wrapper else ""
     if not t.network:
-        # Nothing about devices or channels can be judged from a log that says nothing of NCCL.
-        report.checks.append(Check("transport", False, "no 'NCCL INFO Using network' line and no transport line of "
-                                   "the wrapper's", "was torchrun wrapped, and did NCCL start? Without the wrapper, "
-                                   "set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET", SOCKETS))  # fmt: skip
+        _no_network(report, log, t, cause)
+    elif t.single_node:
+        report.checks.append(Check("transport", True, f"Using network {t.network}; every channel within the node "
+                                   f"({t.local_channels} P2P/SHM): no network traffic to judge"))  # fmt: skip
     else:
-        report.checks.append(Check("transport", t.rdma, f"Using network {t.network}{said}",
-                                   "" if t.rdma else "NCCL fell back to sockets: /dev/infiniband missing or unusable "
-                                   "(privileged/device plugin), or NCCL_IB_HCA names no usable device", SOCKETS))  # fmt: skip
-        _devices(report, t, expected)
-        gdr = t.gdrdma
-        report.checks.append(Check("gdrdma channels", gdr > 0, f"{gdr} of {t.channels} NET channels use GDRDMA",
-                                   "" if gdr or not t.rdma else "GPUDirect RDMA is off: check nvidia-peermem / dmabuf "
-                                   "support on the node", SOCKETS))  # fmt: skip
-    if expected is None and t.rdma:
+        _transport(report, t, said)
+        if t.net_class == nccllog.VERBS or t.fallback:
+            _devices(report, t, expected)
+        _gdrdma(report, t)
+    if expected is None and t.net_class == nccllog.VERBS and t.hcas:
         report.notes.append("the HCAs were not compared with a profile: give --profile or --hca (a live pod's own "
                             "NCCL_IB_HCA is used when it pins devices with '=')")  # fmt: skip
-
-    if t.retry:
-        # NCCL's own hint for this error says the timeout is too short; when the job got as far
-        # as connecting (small messages crossed), a silent drop of large frames is the likelier cause.
-        small_passed = bool(t.network) or "Connected all" in log or "Init COMPLETE" in log
-        report.checks.append(Check(
-            "data path", False, f"'{t.retry}': RDMA messages to a peer were never acknowledged",
-            ("small messages passed (NCCL connected) and large ones were lost: most likely a hop on the path "
-             "drops large frames without a word (an MTU or receive-buffer mismatch, not the timeout NCCL's hint "
-             "names). Check it with hostnet-rdma doctor --between NODE_A,NODE_B")
-            if small_passed else
-            "the peer never answered: a link or a route down between the nodes; hostnet-rdma doctor --between "
-            "NODE_A,NODE_B shows which sizes cross", RETRY,
-        ))  # fmt: skip
+    for p in found:
+        _problem(report, p, log, t)
 
     if expect_wrapper:
         w = _WRAPPER.search(log)
@@ -116,13 +108,137 @@ def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = Tr
             launcher, backend, is_host, local_addr, endpoint = w.groups()
             report.checks.append(Check("wrapper", True, f"launcher={launcher} backend={backend} is_host={is_host} "
                                        f"local_addr={local_addr} endpoint={endpoint}"))  # fmt: skip
+    report.verdict = _verdict(report, t, cause, bool(pending))
     return report
 
 
-def _devices(report: Report, t: Transport, expected: set[str] | None) -> None:
-    if not t.ib_line:
-        report.checks.append(Check("ib devices", False, "no 'NET/IB : Using' line", "NCCL did not open any RDMA device",
+def _no_network(report: Report, log: str, t: nccllog.Transport, cause: nccllog.Problem | None) -> None:
+    """No network named and no channel line: say why, or what to set, from what the log has."""
+    if cause is not None and cause.primary:
+        # NCCL stopped before it chose (a bootstrap failure, a missing library): that error is the news.
+        report.checks.append(Check("transport", False, f"NCCL never chose a network: it stopped at the {cause.title} "
+                                   "error below", "", ERRORS))  # fmt: skip
+        return
+    if nccllog.unfinished(log):
+        report.checks.append(Check("transport", False, "NCCL never chose a network: its start-up did not complete",
+                                   "", STALLED))  # fmt: skip
+        return
+    if " NCCL INFO " in log:
+        report.checks.append(Check("transport", False, "NCCL's INFO lines here do not name its network (no 'Using "
+                                   "network' line, no channel line): the log is cut, or NCCL_DEBUG_SUBSYS leaves "
+                                   "out INIT and NET", "give the whole log, with NCCL_DEBUG_SUBSYS=INIT,NET (or unset)",
                                    SOCKETS))  # fmt: skip
+        return
+    # Nothing about devices or channels can be judged from a log that says nothing of NCCL.
+    report.checks.append(Check("transport", False, "no 'NCCL INFO Using network' line and no transport line of "
+                               "the wrapper's", "was torchrun wrapped, and did NCCL start? Without the wrapper, "
+                               "set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET", SOCKETS))  # fmt: skip
+
+
+def _transport(report: Report, t: nccllog.Transport, said: str) -> None:
+    kind = t.net_class
+    detail = f"Using network {t.network}{said}"
+    if t.network != "IB" and kind != nccllog.SOCKET:
+        detail += f" ({nccllog.CLASS_WORDS[kind]})"
+    if kind == nccllog.SOCKET:
+        if t.sockets_chosen:
+            report.checks.append(Check("transport", True, detail + " (chosen in the env: NCCL_IB_DISABLE=1 or "
+                                       "NCCL_NET=Socket)"))  # fmt: skip
+            return
+        if t.no_libibverbs:
+            hint = (
+                "NCCL fell back to sockets because the image has no libibverbs (rdma-core): install "
+                "libibverbs1 and ibverbs-providers in the image; the node's devices were never tried"
+            )
+        elif t.no_device:
+            hint = (
+                "NCCL fell back to sockets: it saw no RDMA device in the container ('NET/IB : No device "
+                "found'): /dev/infiniband not mounted or not usable (privileged off without a device plugin), "
+                "the allocator gave the pod none, or the node has no RDMA NIC"
+            )
+        else:
+            hint = (
+                "NCCL fell back to sockets: /dev/infiniband missing or unusable (privileged/device plugin), "
+                "or NCCL_IB_HCA names no usable device"
+            )
+        report.checks.append(Check("transport", False, detail, hint, SOCKETS))
+        return
+    if kind == nccllog.UNKNOWN:
+        report.checks.append(Check("transport", True, detail, ""))
+        report.notes.append(f"network {t.network!r} is not one hostnet-rdma knows: not judged as RDMA or as "
+                            "sockets (the wrapper's requireRdma keeps such a job running)")  # fmt: skip
+        return
+    report.checks.append(Check("transport", True, detail))
+
+
+def _gdrdma(report: Report, t: nccllog.Transport) -> None:
+    if t.net_class not in (nccllog.VERBS, nccllog.OFI, nccllog.SOCKET):
+        return  # TCPX's GPU-direct path and unknown plugins: no GDRDMA flag to read
+    if t.channels == 0 and t.net_class != nccllog.SOCKET:
+        report.notes.append("no NET channel line in this log: GPUDirect RDMA not judged")
+        return
+    gdr = t.gdrdma
+    report.checks.append(Check("gdrdma channels", gdr > 0, f"{gdr} of {t.channels} NET channels use GDRDMA",
+                               "" if gdr or not t.rdma else "GPUDirect RDMA is off: check nvidia-peermem / dmabuf "
+                               "support on the node", SOCKETS))  # fmt: skip
+
+
+def _problem(report: Report, p: nccllog.Problem, log: str, t: nccllog.Transport) -> None:
+    times = f" ({p.times} times)" if p.times > 1 else ""
+    if p.kind == "retry-exceeded":
+        # NCCL's own hint for this error says the timeout is too short; when the job got as far
+        # as connecting (small messages crossed), a silent drop of large frames is the likelier cause.
+        small_passed = bool(t.network) or "Connected all" in log or "Init COMPLETE" in log
+        report.checks.append(Check(
+            "data path", False, f"'{t.retry or p.line}': RDMA messages to a peer were never acknowledged{times}",
+            ("small messages passed (NCCL connected) and large ones were lost: most likely a hop on the path "
+             "drops large frames without a word (an MTU or receive-buffer mismatch, not the timeout NCCL's hint "
+             "names), or a link went down. Check it with hostnet-rdma doctor --between NODE_A,NODE_B")
+            if small_passed else
+            "the peer never answered: a link or a route down between the nodes; hostnet-rdma doctor --between "
+            "NODE_A,NODE_B shows which sizes cross", RETRY,
+        ))  # fmt: skip
+        return
+    report.checks.append(Check(p.title, False, f"{p.cause}{times}. NCCL said: {p.line}", f"check {p.check}", ERRORS))
+
+
+def _verdict(report: Report, t: nccllog.Transport, cause: nccllog.Problem | None, pending: bool) -> str:
+    """One word for the log: the kind of its first cause, else how the transport looks."""
+    if cause is not None:
+        return cause.kind
+    if pending:
+        return "startup-stall"
+    checks = {c.name: c for c in report.checks}
+    transport = checks.get("transport")
+    if transport is None or (not t.network):
+        return "no-network"
+    if t.single_node:
+        return "healthy-single-node"
+    if t.fallback:
+        return "healthy-socket" if transport.ok else "socket-fallback"
+    gdr = checks.get("gdrdma channels")
+    if gdr is not None and not gdr.ok:
+        return "no-gdrdma"
+    dev = checks.get("ib devices")
+    if dev is not None and not dev.ok:
+        return "wrong-devices"
+    return f"healthy-{t.net_class}"
+
+
+def _devices(report: Report, t: nccllog.Transport, expected: set[str] | None) -> None:
+    if not t.ib_line:
+        if not t.fallback:
+            # NCCL names its network but the log lacks its device line (cut, or another subsystem only).
+            report.notes.append("NCCL's device line ('NET/IB : Using [0]mlx5_0:1/...') is not in this log: the "
+                                "devices were not judged")  # fmt: skip
+            return
+        if t.no_libibverbs:
+            why = "the image has no libibverbs, so NCCL could not open any RDMA device"
+        elif t.no_device:
+            why = "NCCL saw no RDMA device in the container ('NET/IB : No device found')"
+        else:
+            why = "NCCL did not open any RDMA device"
+        report.checks.append(Check("ib devices", False, "no 'NET/IB : Using' line", why, SOCKETS))
         return
     found = t.hcas
     detail = f"{len(found)} devices: {','.join(found)}"

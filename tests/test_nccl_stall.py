@@ -19,7 +19,7 @@ import pytest
 
 from app.e2e import outcome
 from app.verify import verify
-from app.wrapper import fabric, pathprobe
+from app.wrapper import nccllog, pathprobe
 from app.wrapper import torchrun as w
 
 LOGS = Path(__file__).parent / "logs" / "nccl-stall-h200"
@@ -41,7 +41,7 @@ def test_the_healthy_twin_completes_its_start_up_and_the_wrapper_adds_nothing(jo
     for i in (0, 1):
         text = log(job, 9000, i)
         assert " - Init START" in text and " - Init COMPLETE" in text
-        assert fabric.unfinished(text) == [] and fabric.STALL not in text
+        assert nccllog.unfinished(text) == [] and nccllog.STALL not in text
         assert not any(c.name == "start-up" for c in verify(text).checks)
     if job == "e2e":
         logs = {NODES[job].format(i): log(job, 9000, i) for i in (0, 1)}
@@ -58,8 +58,8 @@ def test_on_the_black_hole_every_rank_names_the_stall_and_the_size(job: str, bou
     interface NCCL chose and the largest packet that crosses to the peer, and goes on waiting."""
     for i, peer, iface in ((0, "192.0.2.11", "hre0"), (1, "192.0.2.10", "hre1")):
         text = log(job, 1500, i)
-        assert len(fabric.unfinished(text)) == 1
-        (line,) = [ln for ln in text.splitlines() if ln.startswith(fabric.STALL)]
+        assert len(nccllog.unfinished(text)) == 1
+        (line,) = [ln for ln in text.splitlines() if ln.startswith(nccllog.STALL)]
         assert f"logged Init START {bound}s ago and no Init COMPLETE (network Socket, interface {iface})" in line
         assert f"Path to {peer} on {iface}: packets of up to 1500 B cross, 1517 B do not" in line
         assert f"a hop between this node and {peer} drops packets over 1500 B without a word" in line
@@ -85,7 +85,7 @@ def test_verify_names_a_start_up_that_never_completed() -> None:
     assert not start.ok and "drops packets over 1500 B" in start.detail
     assert "Init START" in start.detail and "doctor --between" in start.hint
     # Without the wrapper's line (a log cut before it): still named, from NCCL's own lines.
-    cut = log("seed", 1500, 0).split(fabric.STALL)[0]
+    cut = log("seed", 1500, 0).split(nccllog.STALL)[0]
     start = next(c for c in verify(cut).checks if c.name == "start-up")
     assert not start.ok and start.detail == "1 NCCL communicator(s) logged Init START and no Init COMPLETE"
 
@@ -127,9 +127,9 @@ def _replay(tmp_path: Path, text: str, env: dict[str, str], seconds: float) -> t
 def test_the_watcher_says_once_that_a_start_up_stalled_and_keeps_the_job(tmp_path: Path) -> None:
     """NCCL's lines of the black hole's rank 0 replayed: one line after the bound, into the
     termination message; torchrun is not stopped (it ran to its end, killed by the test)."""
-    text = log("seed", 1500, 0).split(fabric.STALL)[0]
+    text = log("seed", 1500, 0).split(nccllog.STALL)[0]
     said, term = _replay(tmp_path, text, {"HOSTNET_RDMA_NCCL_STALL_SECONDS": "0.3"}, 2.0)
-    lines = [ln for ln in said.splitlines() if ln.startswith(fabric.STALL)]
+    lines = [ln for ln in said.splitlines() if ln.startswith(nccllog.STALL)]
     assert len(lines) == 1 and term == lines[0]
     assert "(network Socket, interface hre0)" in lines[0]
     # This test's torchrun (a sleep) holds no connection: nothing to probe, and it says so.
@@ -139,7 +139,7 @@ def test_the_watcher_says_once_that_a_start_up_stalled_and_keeps_the_job(tmp_pat
 @pytest.mark.parametrize("job", ["e2e", "seed"])
 def test_the_watcher_is_silent_for_a_healthy_start_up(tmp_path: Path, job: str) -> None:
     said, term = _replay(tmp_path, log(job, 9000, 0), {"HOSTNET_RDMA_NCCL_STALL_SECONDS": "0.3"}, 1.5)
-    assert fabric.STALL not in said and fabric.STALL not in term
+    assert nccllog.STALL not in said and nccllog.STALL not in term
 
 
 def test_a_user_at_info_keeps_every_nccl_line_and_gets_the_watcher() -> None:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.verify import expected_devices, verify
-from app.wrapper.fabric import STALL
+from app.wrapper.nccllog import STALL
 
 # The lines app/e2e/train.py prints (it imports nothing of ours: it runs in the user's image).
 OK, FAIL, SWEEP = "HOSTNET-RDMA-E2E-OK", "HOSTNET-RDMA-E2E-FAIL", "HOSTNET-RDMA-E2E-SWEEP"

@@ -1,7 +1,8 @@
 """The in-container torchrun wrapper (stdlib only) and how the webhook ships it.
 
-Five files travel in every mutated pod and are installed by the bootstrap into the injected
-emptyDir: the rules (rules.py), the fabric checks (fabric.py), the path probe (pathprobe.py), the wrapper (torchrun.py) and the start-up hook
+Six files travel in every mutated pod and are installed by the bootstrap into the injected
+emptyDir: the rules (rules.py), the fabric checks (fabric.py), the NCCL log reader (nccllog.py),
+the path probe (pathprobe.py), the wrapper (torchrun.py) and the start-up hook
 (sitecustomize.py), under the flat names the pod imports them by.
 """
 
@@ -20,6 +21,7 @@ SOURCE = HERE / "torchrun.py"
 FILES = {
     "hostnet_rdma_rules.py": HERE / "rules.py",
     "hostnet_rdma_fabric.py": HERE / "fabric.py",
+    "hostnet_rdma_nccllog.py": HERE / "nccllog.py",
     "hostnet_rdma_pathprobe.py": HERE / "pathprobe.py",
     "hostnet_rdma_torchrun.py": SOURCE,
     "sitecustomize.py": HERE / "sitecustomize.py",

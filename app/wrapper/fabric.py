@@ -14,7 +14,6 @@ Standard library only, Python 3.8+: it runs in users' images as part of the wrap
 from __future__ import annotations
 
 import os
-import re
 import resource
 from typing import Dict, List, Optional, Tuple
 
@@ -299,77 +298,3 @@ def _front_end_devices(root: str, found: Dict[str, List[int]]) -> List[str]:
         if default_ifs & set(nets):
             front.append(dev)
     return front
-
-
-# ---------------------------------------------------------------------------- transport
-# What NCCL says at INFO level about the network it uses (its INIT and NET lines): read by the
-# wrapper from the debug files it has NCCL write when the user's NCCL_DEBUG is quieter, and by
-# `hostnet-rdma verify` from a pod's log.
-_USING_NETWORK = re.compile(r"NCCL INFO Using network (\w+)")
-_IB_USING = re.compile(r"NCCL INFO NET/IB\s*:\s*Using (.*?)(?:;|$)", re.M)
-_IB_DEVICE = re.compile(r"\[\d+\]([\w.-]+?)(?::\d+)?/(?:RoCE|IB)")
-_NET_CHANNEL = re.compile(r"via NET/(IB|Socket)/\d+(/GDRDMA)?")
-# An RDMA send never acknowledged (IBV_WC_RETRY_EXC_ERR): "transport retry counter exceeded",
-# completion status 12.
-RETRY_EXCEEDED = re.compile(r"transport retry counter exceeded|(?:completion )?status[ =:]+12\b", re.I)
-# A communicator's start-up (ncclCommInitRank*): "commId 0x… - Init START", then "- Init COMPLETE".
-INIT_STAGE = re.compile(r"commId (0x[0-9a-f]+)\b.* - Init (START|COMPLETE)")
-# The wrapper's line when one has not completed in time (torchrun.stall_line).
-STALL = "hostnet-rdma: warning: NCCL start-up stalled: "
-
-
-def unfinished(text: str) -> List[str]:
-    """The commIds of communicators whose start-up began and did not complete in `text`."""
-    started: Dict[str, None] = {}
-    for comm, stage in INIT_STAGE.findall(text):
-        if stage == "START":
-            started[comm] = None
-        else:
-            started.pop(comm, None)
-    return list(started)
-
-
-# The wrapper's own line (Transport.line), for a log without NCCL's INFO lines.
-_LINE = re.compile(r"hostnet-rdma: transport=(\S+) hcas=(\S+) \(\d+[^)]*\) gdrdma=(\d+)/(\d+) channels")
-
-
-class Transport:
-    """The transport NCCL chose, from its INFO lines (one rank's or several ranks')."""
-
-    def __init__(self, text: str) -> None:
-        networks = sorted(set(_USING_NETWORK.findall(text)))
-        self.network = ",".join(networks)
-        found: List[str] = []
-        for line in _IB_USING.findall(text):
-            found += [d for d in _IB_DEVICE.findall(line) if d not in found]
-        self.hcas = found
-        # NCCL 2.28 with no RDMA device still says "NET/IB : Using [RO]; OOB eth0" after
-        # "NET/IB : No device found.": no device either way.
-        self.ib_line = bool(found) or (bool(_IB_USING.search(text)) and "NET/IB : No device found" not in text)
-        channels = _NET_CHANNEL.findall(text)
-        self.channels = len(channels)
-        self.gdrdma = sum(1 for kind, gdr in channels if kind == "IB" and gdr)
-        retry = RETRY_EXCEEDED.search(text)
-        self.retry = retry.group(0) if retry else ""
-        self.ready = "Init COMPLETE" in text and bool(networks)
-        self.from_wrapper = False
-        if not networks:
-            said = _LINE.search(text)
-            if said:  # the wrapper saw NCCL's lines that this log does not have
-                self.network = "" if said.group(1) == "-" else said.group(1)
-                self.hcas = [] if said.group(2) == "-" else said.group(2).split(",")
-                self.ib_line = bool(self.hcas)
-                self.gdrdma, self.channels = int(said.group(3)), int(said.group(4))
-                self.ready = self.from_wrapper = True
-
-    def line(self, hca: str) -> str:
-        """The wrapper's one line (`hostnet-rdma verify` reads it): transport, HCAs against
-        NCCL_IB_HCA, GPUDirect channels."""
-        wanted = [x.split(":")[0] for x in hca.lstrip("=^").split(",") if x]
-        of = f" of NCCL_IB_HCA's {len(wanted)}" if wanted and hca.startswith("=") else ""
-        return (f"transport={self.network or '-'} hcas={','.join(self.hcas) or '-'} ({len(self.hcas)}{of}) "
-                f"gdrdma={self.gdrdma}/{self.channels} channels")  # fmt: skip
-
-    @property
-    def rdma(self) -> bool:
-        return self.network == "IB"

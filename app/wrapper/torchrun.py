@@ -32,6 +32,10 @@ try:
 except ImportError:
     from app.wrapper import fabric  # type: ignore[no-redef,unused-ignore]
 try:
+    import hostnet_rdma_nccllog as nccllog  # type: ignore[import-not-found,unused-ignore]  # in a pod
+except ImportError:
+    from app.wrapper import nccllog  # type: ignore[no-redef,unused-ignore]
+try:
     import hostnet_rdma_pathprobe as pathprobe  # type: ignore[import-not-found,unused-ignore]  # in a pod
 except ImportError:
     from app.wrapper import pathprobe  # type: ignore[no-redef,unused-ignore]
@@ -582,7 +586,7 @@ class Stall:
         self.said = False
 
     def read(self, source: str, line: str, now: float) -> None:
-        m = fabric.INIT_STAGE.search(line)
+        m = nccllog.INIT_STAGE.search(line)
         if m and m.group(2) == "START":
             self.started.setdefault((source, m.group(1)), now)
         elif m:
@@ -602,7 +606,7 @@ class Stall:
 def stall_line(ago: float, pending: int, network: str, iface: str, paths: List[Any]) -> str:
     """The one line for a stalled start-up: what stalled, and the path to each peer."""
     comms = f"{pending} NCCL communicator{'s' if pending != 1 else ''}"
-    head = (f"{fabric.STALL}{comms} logged Init START {ago:.0f}s ago and no Init "
+    head = (f"{nccllog.STALL}{comms} logged Init START {ago:.0f}s ago and no Init "
             f"COMPLETE (network {network or 'not chosen yet'}{', interface ' + iface if iface else ''})")  # fmt: skip
     if not paths:
         return head + "; no connection to a peer found yet to probe. Still waiting."
@@ -639,6 +643,16 @@ def stall_report(stall: Stall, parent: int, network: str, timeout: float = 1.0) 
     return paths
 
 
+def error_line(problem: Any) -> str:
+    """The wrapper's line for an NCCL error (nccllog.Problem): its cause, what to check, NCCL's own
+    line (which `hostnet-rdma verify` reads again in a log without NCCL's)."""
+    if problem.kind == "retry-exceeded":
+        return (f"{PREFIX}: warning: NCCL's RDMA messages to a peer were never acknowledged (transport retry "
+                "counter exceeded) after its communicators were up: most likely a hop drops large frames (an MTU "
+                "or receive-buffer mismatch); hostnet-rdma doctor --between NODE_A,NODE_B")  # fmt: skip
+    return f"{PREFIX}: warning: NCCL {problem.title} error: {problem.cause}; check {problem.check}. NCCL said: {problem.line}"
+
+
 def watch_transport(
     d: str, env: Mapping[str, str], parent: int, alive: Callable[[], bool], poll: float = 0.5, out: Any = None
 ) -> None:
@@ -650,12 +664,15 @@ def watch_transport(
     level = env.get("NCCL_DEBUG", "").strip().upper()
     offsets: Dict[str, int] = {}
     kept: List[str] = []
-    said = retry_said = False
+    said = False
+    told: Dict[str, None] = {}  # the kinds of NCCL error already said
+    cause_said = False
     require = env.get(rules.ENV_REQUIRE_RDMA) == "1"
     stall = Stall(rules.stall_seconds(env))
     while True:
         running = alive()
         now = time.monotonic()
+        fresh: List[str] = []
         for name in sorted(os.listdir(d)):
             if not name.startswith("nccl."):
                 continue
@@ -671,36 +688,41 @@ def watch_transport(
                 if level in ("INFO", "TRACE") or (" NCCL WARN " in line and level in ("WARN", "ABORT")) or (
                         "NCCL version" in line and level in ("VERSION", "WARN")):  # fmt: skip
                     out.write(line + "\n")
-                if ("Using network" in line or "NET/IB" in line or "via NET/" in line or "Init COMPLETE" in line
-                        or fabric.RETRY_EXCEEDED.search(line)) and len(kept) < 20000:  # fmt: skip
+                if nccllog.wanted(line) and len(kept) < 20000:
                     kept.append(line)
+                    fresh.append(line)
                 if "Init " in line or " Using " in line:
                     stall.read(name, line, now)
-        t = fabric.Transport("\n".join(kept))
-        if t.ready and not said:
+        t = nccllog.Transport("\n".join(kept)) if not said else None
+        if t is not None and t.ready:
             said = True
-            line = t.line(env.get("NCCL_IB_HCA", ""))
-            out.write(f"{PREFIX}: {line}\n")
-            if require and not t.rdma:
+            said_line = t.line(env.get("NCCL_IB_HCA", ""))
+            out.write(f"{PREFIX}: {said_line}\n")
+            if require and t.fallback:
                 message = (f"{PREFIX}: error: NCCL uses {t.network or 'no network'}, not RDMA, and {rules.ENV_REQUIRE_RDMA} "
-                           f"says to stop rather than train at socket speed ({line}). " + _see("NCCL uses sockets, or no GDRDMA"))  # fmt: skip
+                           f"says to stop rather than train at socket speed ({said_line}). " + _see("NCCL uses sockets, or no GDRDMA"))  # fmt: skip
                 out.write(message + "\n")
                 termination_message(message, env)
                 os.kill(parent, signal.SIGTERM)
             else:
-                termination_message(f"{PREFIX}: {line}", env)
-        if t.retry and not retry_said:
-            retry_said = True
-            message = (f"{PREFIX}: warning: NCCL's RDMA messages to a peer were never acknowledged (transport retry "
-                       "counter exceeded) after its communicators were up: most likely a hop drops large frames (an MTU "
-                       "or receive-buffer mismatch); hostnet-rdma doctor --between NODE_A,NODE_B")  # fmt: skip
+                if require and t.net_class == nccllog.UNKNOWN:
+                    out.write(f"{PREFIX}: warning: NCCL uses network {t.network}, which hostnet-rdma does not know: "
+                              f"{rules.ENV_REQUIRE_RDMA} does not stop the job\n")  # fmt: skip
+                termination_message(f"{PREFIX}: {said_line}", env)
+        for problem in nccllog.problems("\n".join(fresh)) if fresh and len(told) < len(nccllog.TITLES) else []:
+            if problem.kind in told:
+                continue
+            told[problem.kind] = None
+            message = error_line(problem)
             out.write(message + "\n")
-            termination_message(message, env)
+            if problem.primary and not cause_said:
+                cause_said = True  # the first cause stays in the termination message; what follows from it does not
+                termination_message(message, env)
         ago = stall.due(now) if running else 0.0
         if ago:
             stall.said = True
             out.flush()
-            network = ",".join(sorted(set(re.findall(r"Using network (\w+)", "\n".join(kept)))))
+            network = nccllog.Transport("\n".join(kept)).network
             message = stall_line(ago, len(stall.started), network, stall.iface, stall_report(stall, parent, network))
             out.write(message + "\n")
             termination_message(message, env)

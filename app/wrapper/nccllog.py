@@ -1,0 +1,484 @@
+"""NCCL's log, read as NCCL and its network plugins print it.
+
+One reader for `hostnet-rdma verify` (a pod's log, or a file a user saved) and for the wrapper
+(NCCL's debug files, while the job runs): which network NCCL chose and of what kind, the
+devices and channels it opened, the communicators whose start-up has not completed, and the
+errors users meet, each named with its cause and what to check.
+
+Written from NCCL's own format strings, 2.4 to 2.28 (src/init.cc, src/transport/net.cc,
+src/transport/net_ib*.cc, src/transport/net_socket.cc, src/bootstrap.cc, src/misc/socket.cc,
+src/misc/ibvwrap.cc, src/debug.cc), the names the network plugins give themselves
+(nccl-rdma-sharp-plugins, aws-ofi-nccl, GKE's GPUDirect-TCPX/TCPXO and gIB plugins), rdma-core's
+`ibv_wc_status` numbers and PyTorch's ProcessGroupNCCL watchdog. docs/troubleshooting.md's
+"Reading NCCL's log" lists the sources; tests/nccl-corpus/ holds the public logs it is held to.
+
+A line's prefix varies with where it was captured (mpirun's `[1,0]<stdout>:`, timestamps,
+`[rank0]:`), so every pattern is searched anywhere in its line. Standard library only,
+Python 3.8+: it runs in users' images as part of the wrapper.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+# ------------------------------------------------------------------------------ networks
+# What kind of network a name NCCL prints ("Using network %s", "via NET/%s/...") is:
+VERBS = "verbs"  # RDMA over verbs: NCCL's IB (InfiniBand and RoCE), the SHARP plugin's IBext*, GKE's gIB
+OFI = "ofi"  # RDMA through libfabric: aws-ofi-nccl on EFA ("AWS Libfabric", "Libfabric", "OFI")
+TCPX = "tcpx"  # GPUDirect over TCP: GKE's GPUDirect-TCPX / TCPXO (FasTrak) plugins; no RDMA, no fallback
+SOCKET = "socket"  # NCCL's own TCP sockets through host memory: the fallback
+UNKNOWN = "unknown"  # a plugin this reader does not know: never taken for sockets
+
+# HPC-X's SHARP plugin: "IBext", "IBext_v6".."IBext_v11", and from NCCL 2.26 the placeholder name
+# "NCCL RDMA Plugin v8" its structs carry until init (NCCL copies the name before); its UCX nets.
+_VERBS_NAME = re.compile(r"(?:IB|IBext(?:_v\d+)?|NCCL RDMA Plugin v\d+|gIB|UCX(?:[-_]RMA)?)$")
+# aws-ofi-nccl: "AWS Libfabric" before v1.13.0-aws, "Libfabric" since.
+_OFI_NAME = re.compile(r"(?:AWS )?Libfabric$")
+# GKE: "GPUDirectTCPX_v7" (nccl-plugin-gpudirecttcpx), "FasTrak" (TCPXO).
+_TCPX_NAME = re.compile(r"(?:GPUDirectTCPX(?:_v\d+)?|FasTrak\w*)$")
+
+
+def network_class(name: str) -> str:
+    """The kind of network a name stands for; UNKNOWN for a name no source here gives."""
+    name = name.strip()
+    if name == "Socket":
+        return SOCKET
+    if _VERBS_NAME.match(name):
+        return VERBS
+    if _OFI_NAME.match(name):
+        return OFI
+    if _TCPX_NAME.match(name):
+        return TCPX
+    return UNKNOWN
+
+
+CLASS_WORDS = {
+    VERBS: "RDMA over verbs",
+    OFI: "RDMA through libfabric (EFA)",
+    TCPX: "GPUDirect over TCP (GKE's TCPX/TCPXO plugin): not RDMA, and not a fallback",
+    SOCKET: "NCCL's TCP sockets through host memory",
+    UNKNOWN: "a network plugin hostnet-rdma does not know",
+}
+
+# ------------------------------------------------------------------------------ line patterns
+# init.cc (2.6+): "Using network %s" with the net's name, which may hold a space ("AWS Libfabric").
+_USING_NETWORK = re.compile(r"NCCL INFO Using network ([^\r\n]*?)[ \t]*$", re.M)
+# transport/net.cc: "via NET/%s/%d%s%s" (name, device; "(%d)" the proxy rank of PXN since 2.12;
+# "/GDRDMA", "/Shared"), in "Ring %02d : ..." lines (2.4-2.6) and "Channel %02d[/%d] : ..." lines.
+_VIA = re.compile(
+    r"via (?:NET/(?P<net>[^/\r\n]+?)/\d+(?:\(\d+\))?(?P<flags>(?:/[A-Za-z]+)*)|(?P<local>P2P|SHM|NVLS|CUMEM)\b)"
+)
+# net_ib.cc: "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_2:1/RoCE ... ; OOB eth0:10.0.0.1<0>"; the SHARP
+# plugin prints its devices the same way ("/IB/SHARP").
+_IB_USING = re.compile(r"NET/IB\s*:\s*Using (.*?)(?:;|$)", re.M)
+_IB_DEVICE = re.compile(r"\[\d+\] ?([\w.-]+?)(?::\d+)*/(?:RoCE|IB)")
+_IB_NO_DEVICE = re.compile(r"NET/IB\s*:\s*No device found")
+# ibvwrap.cc / ibvsymbols.cc: NCCL could not dlopen rdma-core's libibverbs.
+_NO_LIBIBVERBS = re.compile(
+    r"(?:Failed to open|Count not open) libibverbs\.so|libibverbs\.so[.\d]*: cannot open shared object file"
+)
+# param.cc / env: "%s set by environment to %s": sockets chosen by the user.
+_SOCKETS_CHOSEN = re.compile(r"NCCL_IB_DISABLE set by environment to 1\b|NCCL_NET set by environment to Socket\b")
+# init.cc: "ncclCommInitRank comm 0x... rank %d nranks %d cudaDev %d ... commId 0x%llx - Init START",
+# then "... - Init COMPLETE" (2.14+).
+INIT_STAGE = re.compile(r"commId (0x[0-9a-f]+)\b.* - Init (START|COMPLETE)")
+# debug.cc's prefix: "%s:%d:%d [%d] " (host, pid, tid, cuda device).
+_WHO = re.compile(r"([^\s:\[\]|<>]+):(\d+):\d+ \[[^\]]*\]")
+# The wrapper's own line when NCCL's stalled start-up was seen (torchrun.stall_line).
+STALL = "hostnet-rdma: warning: NCCL start-up stalled: "
+# The wrapper's transport line (Transport.line), for a log without NCCL's INFO lines.
+_LINE = re.compile(r'hostnet-rdma: transport=("[^"]*"|\S+) hcas=(\S+) \(\d+[^)]*\) gdrdma=(\d+)/(\d+) channels')
+
+
+def _rank(line: str) -> str:
+    who = _WHO.search(line)
+    return f"{who.group(1)}:{who.group(2)}" if who else ""
+
+
+def unfinished(text: str) -> List[str]:
+    """The communicators whose start-up began and did not complete in `text`, per rank: every
+    rank of one communicator shares its commId, so `host:pid commId` (commId alone when the
+    lines have no prefix)."""
+    started: Dict[str, None] = {}
+    for line in text.splitlines():
+        m = INIT_STAGE.search(line)
+        if not m:
+            continue
+        key = f"{_rank(line)} {m.group(1)}".strip()
+        if m.group(2) == "START":
+            started[key] = None
+        else:
+            started.pop(key, None)
+    return list(started)
+
+
+# ------------------------------------------------------------------------------ errors
+# rdma-core libibverbs/verbs.h `enum ibv_wc_status` and ibv_wc_status_str (enum_strs.c).
+WC_STATUS = {
+    1: "local length error", 2: "local QP operation error", 3: "local EE context operation error",
+    4: "local protection error", 5: "Work Request Flushed Error", 6: "memory management operation error",
+    7: "bad response error", 8: "local access error", 9: "remote invalid request error",
+    10: "remote access error", 11: "remote operation error", 12: "transport retry counter exceeded",
+    13: "RNR retry counter exceeded", 14: "local RDD violation error", 15: "remote invalid RD request",
+    16: "aborted error", 17: "invalid EE context number", 18: "invalid EE context state",
+    19: "fatal error", 20: "response timeout error", 21: "general error",
+}  # fmt: skip
+RETRY_EXC = 12
+WR_FLUSH = 5
+
+# What each completion status means for a job, and what to check.
+_WC_CAUSE = {
+    4: ("the NIC could not access the memory of a work request (local protection error): GPUDirect RDMA "
+        "registration failing, most often PCIe Access Control Services (ACS) or the IOMMU redirecting "
+        "peer-to-peer traffic between NIC and GPU, or memory freed while registered",
+        "disable ACS on the PCIe switches (or run with iommu=pt) on the node, as NCCL's troubleshooting guide "
+        "says; check nvidia-peermem / dma-buf; NCCL_NET_GDR_LEVEL=LOC shows whether GPUDirect is the cause"),
+    5: ("a work request was flushed because its queue pair had already failed: a consequence of an earlier "
+        "error, or NICs of the job that cannot reach each other", "the first completion error of the job (this "
+        "rank's or a peer's), and that every NIC reaches the peers' NICs (NCCL_CROSS_NIC=0 on rail-only fabrics)"),
+    10: ("the peer refused an RDMA access (remote access error): its memory registration failed or was "
+         "released", "check the peer's log for an earlier error; GPUDirect registration on the peer (ACS, "
+         "nvidia-peermem)"),
+    12: ("RDMA messages to a peer were never acknowledged (transport retry counter exceeded)",
+         "a link or route down between the nodes, a peer gone, or a hop that drops large frames without a "
+         "word (an MTU mismatch): hostnet-rdma doctor --between NODE_A,NODE_B shows which sizes cross"),
+    13: ("the peer had no receive buffer posted for too long (RNR retry counter exceeded): the peer process is "
+         "stalled or gone", "check the peer's log: it stopped first"),
+}  # fmt: skip
+
+
+class Problem(NamedTuple):
+    """One kind of error, from its first line in the log: `kind` is stable (the corpus and the
+    tests name it), `primary` false for what only follows from an earlier error."""
+
+    kind: str
+    title: str
+    line: str
+    cause: str
+    check: str
+    primary: bool
+    position: int
+    times: int
+
+
+# Kinds, in verify's words.
+TITLES = {
+    "libibverbs-missing": "libibverbs", "bootstrap-failure": "bootstrap", "ofi-error": "libfabric (EFA)",
+    "ib-async-event": "RDMA device event", "ibv-call-failed": "verbs call", "retry-exceeded": "data path",
+    "wc-error": "RDMA completion", "remote-error": "remote rank", "watchdog-timeout": "collective timeout",
+    "cuda-error": "CUDA", "plugin-load": "network plugin",
+}  # fmt: skip
+
+# net_ib.cc's completion error, in its seven shapes (2.4: "with error %d, opcode %d, len %d, vendor err
+# %d"; 2.10 "from peer %s"; 2.20 "status=%d ..."; 2.28.7 "status=IBV_WC_RETRY_EXC_ERR(12) ...
+# vendor_err=%u"); plugins print it under their own name (NET/gIB); PyTorch quotes it after "Last error:".
+_COMPLETION = re.compile(
+    r"Got completion (?:from peer (?P<peer>\S+?) )?with (?:error |status=(?:\w+\()?)(?P<status>\d+)"
+)
+_VENDOR = re.compile(r"vendor[ _]err[ =](\d+)")
+_RETRY_TEXT = re.compile(r"transport retry counter exceeded", re.I)
+_IBV_CALL = re.compile(r"(?:Call to )?\b(ibv_\w+?)(?:\(\))? failed(?:\s*(?:with|:)\s*(?:error\s*)?(?P<why>[^\r\n]*))?")
+# "Got async event : %s" (to 2.22), "async fatal event[ on QP (%p)]: %s", "Got async error event: %s",
+# "Got non-fatal async event: %s(%d)" (2.28.7+); %s is rdma-core's ibv_event_type_str.
+_ASYNC = re.compile(
+    r"(?:Got (?:non-fatal )?async (?:error )?event|async fatal event(?: on \w+ \([^)]*\)[^:]*)?)\s*:\s*(?P<event>[^\r\n]+)"
+)
+_ROOT_CHECKED_IN = re.compile(r"Bootstrap Root : rank (\d+) of (\d+) ranks has already checked in")
+# "Connect to %s failed : %s" (2.4-2.9), "Net : Connect to" (2.10-2.15), "socketStartConnect: Connect to"
+# (2.16-2.26), "%s: connect to %s failed : %s" / "returned %s, exceeded error retry count" (2.27+).
+_CONNECT = re.compile(r"[Cc]onnect to (?P<addr>\S+?)\s+(?:failed\s*:\s*|returned\s+)(?P<why>[^\r\n]+)")
+_NO_IFACE = re.compile(
+    r"Bootstrap : no socket interface found|NET/Socket : no interface found|NET/IB : No IP interface found"
+)
+_ADDR_FAMILY = re.compile(r"Unsupported address family|unsupported IP family|is neither AF_INET")
+_OFI = re.compile(
+    r"NET/OFI\b[^\r\n]*?(?P<what>Couldn't open AV|fi_getinfo\(\) call failed[^\r\n]*|Unable to find a matching provider|"
+    r"No eligible providers|[^\r\n]*(?:failed|Failed|error|Error)[^\r\n]*)"
+)
+_OFI_INIT = re.compile(r"(?:OFI|aws-ofi-nccl)[^\r\n]*(?:init|Init)[^\r\n]*failed")
+_REMOTE = re.compile(r"ncclRemoteError|remote process exited or there was a network error")
+_WATCHDOG = re.compile(
+    r"Watchdog caught collective operation timeout: (?P<work>WorkNCCL\([^)]*\))?(?:[^\r\n]*?ran for (?P<ms>\d+) milliseconds)?"
+)
+_CUDA = re.compile(
+    r"Cuda failure '?(?P<what>[^'\r\n]+)'?|unhandled cuda error|CUDA error: (?P<what2>[^\r\n]+)|CUDA out of memory"
+)
+_PLUGIN_MISSING = re.compile(r"(?:NCCL_NET|network) '?([\w ]+?)'? (?:not found|could not be found)")
+
+MAX_LINE = 400  # of a quoted NCCL line
+# A line that may hold any of the above (most lines of a log hold none): one scan decides.
+_ANY = re.compile(r"NCCL|ibv_|Got completion|Watchdog|CUDA|transport retry|libibverbs")
+_OURS = "hostnet-rdma: warning: NCCL"
+
+
+def _ib_completion(m: re.Match[str]) -> Tuple[str, str, str, bool]:
+    status = int(m.group("status"))
+    name = WC_STATUS.get(status, "unknown status")
+    cause, check = _WC_CAUSE.get(status, (f"an RDMA work request failed on this rank ({name})",
+                                          "look for the first error of the job (this rank's or a peer's)"))  # fmt: skip
+    v = _VENDOR.search(m.string, m.end())
+    vendor = f", vendor error {v.group(1)}" if v else ""
+    peer = f" from {m.group('peer')}" if m.group("peer") else ""
+    kind = "retry-exceeded" if status == RETRY_EXC else "wc-error"
+    return kind, f"completion status {status} ({name}){peer}{vendor}: {cause}", check, status != WR_FLUSH
+
+
+_IBV_CHECKS = {
+    "reg_mr": ("memory registration failed", "the memlock limit (the webhook adds IPC_LOCK; the runtime's "
+               "ulimit -l must be unlimited) and GPUDirect (nvidia-peermem / dma-buf) on the node"),
+    "create_cq": ("a completion queue could not be created", "the memlock limit (IPC_LOCK, ulimit -l unlimited) "
+                  "and the device's resources"),
+    "create_qp": ("a queue pair could not be created", "the memlock limit (IPC_LOCK, ulimit -l unlimited) and the "
+                  "device's resources"),
+    "modify_qp": ("a queue pair could not be connected to its peer", "on RoCE the GID index (NCCL_IB_GID_INDEX must "
+                  "be a RoCE v2 GID with an address on every port), the port's state, and the route to the peer "
+                  "(hostnet-rdma doctor on the node)"),
+    "open_device": ("the RDMA device could not be opened", "the device files in the container: /dev/infiniband "
+                    "mounted with access (privileged, or the allocator's device plugin/DRA driver)"),
+    "get_device_list": ("no RDMA device list", "the device files in the container and rdma-core's providers in "
+                        "the image"),
+}  # fmt: skip
+
+
+def _ibv(m: re.Match[str]) -> Tuple[str, str]:
+    call = m.group(1)
+    why = (m.group("why") or "").strip()
+    what, check = next(((w, c) for key, (w, c) in _IBV_CHECKS.items() if key in call),
+                       ("a verbs call failed", "the device, the memlock limit and the port's state on the node"))  # fmt: skip
+    if "Cannot allocate memory" in why or "errno 12" in why:
+        check = "the memlock limit first (ENOMEM): the webhook adds IPC_LOCK; the runtime's ulimit -l must be unlimited"
+    return f"{call} failed{': ' + why[:120] if why else ''}: {what}", check
+
+
+def _async(event: str) -> Tuple[str, str]:
+    low = event.lower()
+    if "catastrophic" in low:
+        return (f"the RDMA device reported '{event.strip()}': the adapter failed (firmware or hardware) on this node",
+                "drain the node and reset the adapter (mlxfwreset / reboot); check its firmware and `dmesg`")  # fmt: skip
+    if "port" in low and ("err" in low or "down" in low):
+        return (f"the RDMA device reported '{event.strip()}': a port went down", "the link: cable, switch port, "
+                "`ibstat` / `rdma link` on the node")  # fmt: skip
+    return f"the RDMA device reported '{event.strip()}'", "the adapter and its ports on the node (dmesg, ibstat)"
+
+
+def _connect(addr: str, why: str) -> Tuple[str, str]:
+    low = why.lower()
+    if "refused" in low:
+        how = "nothing listened there: the peer process had not started or had already ended"
+    elif "timed out" in low or "110" in low or "no route" in low or "unreachable" in low:
+        how = "no answer: the address is not reachable from this node (wrong interface, a route, a firewall)"
+    elif "abort" in low or "reset" in low:
+        how = "the connection was cut: the peer ended, or something on the path closed it"
+    else:
+        how = why.strip()[:120]
+    return (f"NCCL's bootstrap could not connect to {addr} ({why.strip()[:80]}): {how}",
+            "NCCL_SOCKET_IFNAME and the address each rank advertises (its `Bootstrap : Using` line): the interface "
+            "must carry an address the other nodes reach; loopback or the node's own host name never works across "
+            "nodes")  # fmt: skip
+
+
+def problems(text: str) -> List[Problem]:
+    """Every kind of error in `text`, each from its first line, in the order they appear."""
+    found: Dict[str, Problem] = {}
+
+    def add(kind: str, line: str, cause: str, check: str, position: int, primary: bool = True) -> None:
+        key = kind if primary or kind != "wc-error" else "wc-error-flush"
+        old = found.get(key)
+        if old is not None:
+            if not line.startswith(_OURS):  # the wrapper's own quote of a line already counted
+                found[key] = old._replace(times=old.times + 1)
+            return
+        found[key] = Problem(kind, TITLES[kind], line.strip()[:MAX_LINE], cause, check, primary, position, 1)
+
+    for i, line in enumerate(text.splitlines()):
+        if not _ANY.search(line):
+            continue
+        m = _COMPLETION.search(line)
+        if m:
+            kind, cause, check, primary = _ib_completion(m)
+            add(kind, line, cause, check, i, primary)
+        elif _RETRY_TEXT.search(line):
+            add(
+                "retry-exceeded",
+                line,
+                f"completion status 12 ({WC_STATUS[12]}): {_WC_CAUSE[12][0]}",
+                _WC_CAUSE[12][1],
+                i,
+            )
+        if _NO_LIBIBVERBS.search(line):
+            add("libibverbs-missing", line,
+                "NCCL could not load libibverbs (rdma-core) in this image, so it cannot use any RDMA device and "
+                "falls back to sockets", "install rdma-core's libibverbs and its providers in the image "
+                "(Debian/Ubuntu: libibverbs1 ibverbs-providers); the node's devices are not the cause", i)  # fmt: skip
+            continue
+        m = _IBV_CALL.search(line)
+        if m and "NCCL WARN" in line:
+            cause, check = _ibv(m)
+            add("ibv-call-failed", line, cause, check, i)
+        m = _ASYNC.search(line)
+        if m:
+            cause, check = _async(m.group("event"))
+            add("ib-async-event", line, cause, check, i)
+        m = _ROOT_CHECKED_IN.search(line)
+        if m:
+            add("bootstrap-failure", line,
+                f"two processes registered as rank {m.group(1)} of {m.group(2)} with one communicator's root: "
+                "duplicate ranks (RANK / --node-rank wrong on two pods), a restarted rank, or two jobs sharing one "
+                "rendezvous", "each pod's node rank and the job's rendezvous id (hostnet-rdma explain POD)", i)  # fmt: skip
+        m = _CONNECT.search(line)
+        if m and ("NCCL" in line):
+            cause, check = _connect(m.group("addr"), m.group("why"))
+            add("bootstrap-failure", line, cause, check, i)
+        if _NO_IFACE.search(line):
+            add("bootstrap-failure", line, "NCCL found no network interface to use for its bootstrap",
+                "NCCL_SOCKET_IFNAME: it must name an interface of this (host-network) pod that has an address", i)  # fmt: skip
+        elif _ADDR_FAMILY.search(line) and "NCCL WARN" in line:
+            add("bootstrap-failure", line, "an address NCCL was handed is neither IPv4 nor IPv6: a garbled NCCL "
+                "unique id or NCCL_COMM_ID, or an interface without an address", "NCCL_COMM_ID and "
+                "NCCL_SOCKET_IFNAME", i)  # fmt: skip
+        m = _OFI.search(line) or _OFI_INIT.search(line)
+        if m and ("NCCL WARN" in line or "failed" in line):
+            what = m.group(0)
+            add("ofi-error", line, f"the EFA/libfabric plugin failed: {what.strip()[:160]}",
+                "the EFA devices in the container (the vpc.amazonaws.com/efa resource, /dev/infiniband/uverbs*) and "
+                "that the image's libfabric and aws-ofi-nccl match (fi_info -p efa in the container)", i)  # fmt: skip
+        if _REMOTE.search(line):
+            add("remote-error", line, "another rank failed or lost its connection first (ncclRemoteError)",
+                "that rank's own log names the cause", i, primary=False)  # fmt: skip
+        m = _WATCHDOG.search(line)
+        if m:
+            add("watchdog-timeout", line, "a collective did not finish in time (PyTorch's NCCL watchdog): a rank is "
+                "stuck or gone, ranks called different collectives, or the network stalled",
+                "the other ranks' logs: the first rank that stopped progressing, and any NCCL WARN before this", i,
+                primary=False)  # fmt: skip
+        m = _CUDA.search(line)
+        if m:
+            add("cuda-error", line, "a CUDA error, not the network: " + (m.group(0).strip()[:160]),
+                "the GPU and the program (memory, driver/CUDA versions); the network is not the cause", i)  # fmt: skip
+        m = _PLUGIN_MISSING.search(line)
+        if m and "NCCL WARN" in line:
+            add("plugin-load", line, "the network NCCL_NET asks for was not found: no network plugin of that name "
+                "loaded", "NCCL_NET and the plugin library in the image (NCCL_NET_PLUGIN, LD_LIBRARY_PATH)", i)  # fmt: skip
+    return sorted(found.values(), key=lambda p: p.position)
+
+
+def first_cause(found: List[Problem]) -> Optional[Problem]:
+    """The error that explains the others: the first primary one, else the first."""
+    return next((p for p in found if p.primary), found[0] if found else None)
+
+
+# ------------------------------------------------------------------------------ transport
+class Transport:
+    """What NCCL chose, from its INFO lines (one rank's or several ranks'), else from the
+    wrapper's transport line."""
+
+    def __init__(self, text: str) -> None:
+        named = sorted(set(n for n in _USING_NETWORK.findall(text) if n))
+        net_channels: List[Tuple[str, str]] = []
+        local = 0
+        for m in _VIA.finditer(text):
+            if m.group("local"):
+                local += 1
+            else:
+                net_channels.append((m.group("net"), m.group("flags") or ""))
+        via = sorted(set(n for n, _ in net_channels))
+        # NCCL 2.4/2.5 print no "Using network" line, and pasted logs are often cut: the channels say it.
+        networks = named or via
+        if not networks and not net_channels:
+            networks = self._older(text)
+        self.networks = networks
+        self.network = ",".join(networks)
+        self.named = bool(named)
+        found: List[str] = []
+        for line in _IB_USING.findall(text):
+            found += [d for d in _IB_DEVICE.findall(line) if d not in found]
+        self.hcas = found
+        self.no_device = bool(_IB_NO_DEVICE.search(text))
+        self.no_libibverbs = bool(_NO_LIBIBVERBS.search(text))
+        # NCCL 2.28 with no RDMA device still says "NET/IB : Using [RO]; OOB eth0" after
+        # "NET/IB : No device found.": no device either way.
+        self.ib_line = bool(found) or (bool(_IB_USING.search(text)) and not self.no_device)
+        self.channels = len(net_channels)
+        self.gdrdma = sum(1 for _, flags in net_channels if "/GDRDMA" in flags)
+        self.local_channels = local
+        self.sockets_chosen = bool(_SOCKETS_CHOSEN.search(text))
+        retry = _RETRY_TEXT.search(text) or next(
+            (m for m in _COMPLETION.finditer(text) if m.group("status") == str(RETRY_EXC)), None)  # fmt: skip
+        self.retry = retry.group(0) if retry else ""
+        self.ready = "Init COMPLETE" in text and bool(networks)
+        self.from_wrapper = False
+        if not networks:
+            said = _LINE.search(text)
+            if said:  # the wrapper saw NCCL's lines that this log does not have
+                name = said.group(1).strip('"')
+                self.networks = [] if name == "-" else name.split(",")
+                self.network = ",".join(self.networks)
+                self.hcas = [] if said.group(2) == "-" else said.group(2).split(",")
+                self.ib_line = bool(self.hcas)
+                self.gdrdma, self.channels = int(said.group(3)), int(said.group(4))
+                self.ready = self.from_wrapper = True
+
+    @staticmethod
+    def _older(text: str) -> List[str]:
+        """NCCL 2.4/2.5 before any channel: the net that initialised (IB's device line, else
+        Socket's when IB found none)."""
+        if _IB_DEVICE.search("\n".join(_IB_USING.findall(text))):
+            return ["IB"]
+        if re.search(r"NET/Socket\s*:\s*Using \[", text) and (
+            _IB_NO_DEVICE.search(text) or _NO_LIBIBVERBS.search(text)
+        ):
+            return ["Socket"]
+        return []
+
+    @property
+    def classes(self) -> List[str]:
+        return sorted(set(network_class(n) for n in self.networks))
+
+    @property
+    def net_class(self) -> str:
+        """One class for the log: SOCKET when any rank fell back, else the one class seen."""
+        classes = self.classes
+        if not classes:
+            return ""
+        if SOCKET in classes:
+            return SOCKET
+        return classes[0] if len(classes) == 1 else UNKNOWN
+
+    @property
+    def rdma(self) -> bool:
+        return self.net_class in (VERBS, OFI)
+
+    @property
+    def fallback(self) -> bool:
+        """NCCL moves this job's data over its TCP sockets (what requireRdma stops)."""
+        return self.net_class == SOCKET
+
+    @property
+    def single_node(self) -> bool:
+        """Every channel within the node (P2P, SHM, NVLS): the network carried none of the data."""
+        return self.channels == 0 and self.local_channels > 0 and not self.from_wrapper
+
+    def line(self, hca: str) -> str:
+        """The wrapper's one line (`hostnet-rdma verify` reads it): transport, HCAs against
+        NCCL_IB_HCA, GPUDirect channels."""
+        wanted = [x.split(":")[0] for x in hca.lstrip("=^").split(",") if x]
+        of = f" of NCCL_IB_HCA's {len(wanted)}" if wanted and hca.startswith("=") else ""
+        name = self.network or "-"
+        if " " in name:
+            name = f'"{name}"'
+        return (f"transport={name} hcas={','.join(self.hcas) or '-'} ({len(self.hcas)}{of}) "
+                f"gdrdma={self.gdrdma}/{self.channels} channels")  # fmt: skip
+
+
+# Lines the wrapper keeps from NCCL's debug files for this reader (the rest it only passes on).
+def wanted(line: str) -> bool:
+    return (
+        " NCCL WARN " in line
+        or "Using network" in line
+        or "NET/" in line
+        or "via " in line
+        or "Init COMPLETE" in line
+        or "set by environment" in line
+        or "libibverbs" in line
+    )
