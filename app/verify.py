@@ -179,8 +179,14 @@ def _gdrdma(report: Report, t: nccllog.Transport) -> None:
         return
     gdr = t.gdrdma
     report.checks.append(Check("gdrdma channels", gdr > 0, f"{gdr} of {t.channels} NET channels use GDRDMA",
-                               "" if gdr or not t.rdma else "GPUDirect RDMA is off: check nvidia-peermem / dmabuf "
-                               "support on the node", SOCKETS))  # fmt: skip
+                               "" if gdr or not t.rdma else _NO_GDR[t.net_class], SOCKETS))  # fmt: skip
+
+
+_NO_GDR = {
+    nccllog.VERBS: "GPUDirect RDMA is off: check nvidia-peermem / dmabuf support on the node",
+    nccllog.OFI: "GPUDirect RDMA is off: EFA has it only on some instance types (p4d, p5 and later); there, check "
+    "nvidia-peermem / dmabuf (aws-ofi-nccl's 'Support for DMA-BUF registrations' line)",
+}
 
 
 def _problem(report: Report, p: nccllog.Problem, log: str, t: nccllog.Transport) -> None:

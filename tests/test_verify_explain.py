@@ -104,7 +104,7 @@ def test_every_hint_names_a_help_topic_that_exists() -> None:
     from app.wrapper import torchrun as w
 
     topics = guide.sections(guide.document())
-    for section in (v.SOCKETS, v.STALLED, v.RETRY, v.WRAPPER):
+    for section in (v.SOCKETS, v.STALLED, v.RETRY, v.WRAPPER, v.ERRORS):
         assert rules_topic(section) in topics, section
     said = w._see("torch 2.4.x")
     assert said == 'See `hostnet-rdma help torch-2.4.x` (docs/troubleshooting.md, "torch 2.4.x")'
