@@ -114,6 +114,13 @@ def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = Tr
 
 def _no_network(report: Report, log: str, t: nccllog.Transport, cause: nccllog.Problem | None) -> None:
     """No network named and no channel line: say why, or what to set, from what the log has."""
+    if t.no_libibverbs and (cause is None or not cause.primary):
+        report.checks.append(Check("transport", False, "NCCL could not load libibverbs: it can use sockets only (its "
+                                   "network line is not in this log)", "install rdma-core's libibverbs and its "
+                                   "providers in the image (Debian/Ubuntu: libibverbs1 ibverbs-providers)"
+                                   + ("; and no network plugin was loaded (NCCL_NET_PLUGIN, LD_LIBRARY_PATH) if these "
+                                      "NICs need one" if t.no_plugin else ""), SOCKETS))  # fmt: skip
+        return
     if cause is not None and cause.primary:
         # NCCL stopped before it chose (a bootstrap failure, a missing library): that error is the news.
         report.checks.append(Check("transport", False, f"NCCL never chose a network: it stopped at the {cause.title} "
@@ -161,6 +168,9 @@ def _transport(report: Report, t: nccllog.Transport, said: str) -> None:
                 "NCCL fell back to sockets: /dev/infiniband missing or unusable (privileged/device plugin), "
                 "or NCCL_IB_HCA names no usable device"
             )
+        if t.no_plugin:
+            hint += ("; and no network plugin was loaded: if these NICs need one (EFA's aws-ofi-nccl, the SHARP "
+                     "plugin), NCCL did not find its library (NCCL_NET_PLUGIN, LD_LIBRARY_PATH)")  # fmt: skip
         report.checks.append(Check("transport", False, detail, hint, SOCKETS))
         return
     if kind == nccllog.UNKNOWN:
@@ -210,18 +220,22 @@ def _problem(report: Report, p: nccllog.Problem, log: str, t: nccllog.Transport)
 
 def _verdict(report: Report, t: nccllog.Transport, cause: nccllog.Problem | None, pending: bool) -> str:
     """One word for the log: the kind of its first cause, else how the transport looks."""
-    if cause is not None:
+    if cause is not None and cause.primary:
         return cause.kind
     if pending:
         return "startup-stall"
+    if cause is not None and cause.kind != "libibverbs-missing":
+        return cause.kind  # what follows from an error elsewhere (a peer's, a timeout)
     checks = {c.name: c for c in report.checks}
     transport = checks.get("transport")
     if transport is None or (not t.network):
-        return "no-network"
+        return "libibverbs-missing" if t.no_libibverbs else "no-network"
     if t.single_node:
         return "healthy-single-node"
     if t.fallback:
-        return "healthy-socket" if transport.ok else "socket-fallback"
+        if transport.ok:
+            return "healthy-socket"
+        return "libibverbs-missing" if t.no_libibverbs else "socket-fallback"
     gdr = checks.get("gdrdma channels")
     if gdr is not None and not gdr.ok:
         return "no-gdrdma"

@@ -369,3 +369,47 @@ def test_the_wrappers_process_ends_with_torchrun(tmp_path: Path) -> None:
             break
         time.sleep(0.1)
     assert not d.exists()
+
+
+def test_require_rdma_never_stops_a_plugin_network_and_errors_get_their_cause(tmp_path: Path) -> None:
+    """Held to public logs (tests/nccl-corpus/): the SHARP plugin's IBext with requireRdma is not
+    stopped; an error gets one line with its cause, and the first cause is the termination
+    message."""
+    import io
+    import signal
+    import threading
+
+    from app.wrapper import torchrun as w
+
+    corpus = Path(__file__).parent / "nccl-corpus"
+
+    def watch(name: str, env: dict[str, str]) -> tuple[str, str, int]:
+        d = tmp_path / name / "nccl"
+        d.mkdir(parents=True)
+        term = tmp_path / name / "termination-log"
+        term.write_text("")
+        parent = subprocess.Popen(["sleep", "30"])
+        out = io.StringIO()
+        env = {**env, "HOSTNET_RDMA_TERMINATION_LOG": str(term)}
+        t = threading.Thread(target=w.watch_transport, args=(str(d), env, parent.pid, lambda: parent.poll() is None,
+                                                             0.05, out), daemon=True)  # fmt: skip
+        t.start()
+        lines = [ln for ln in (corpus / name).read_text().splitlines()[1:] if "NCCL" in ln]
+        (d / "nccl.h.1.log").write_text(
+            "\n".join(lines) + "\nh:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE\n"
+        )
+        try:
+            parent.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            parent.send_signal(signal.SIGKILL)
+            parent.wait()
+        t.join(timeout=5)
+        return out.getvalue(), term.read_text(), parent.returncode
+
+    said, term, rc = watch(
+        "nccl-1357-ibext-healthy-2node-h100.log", {"NCCL_DEBUG": "WARN", "HOSTNET_RDMA_REQUIRE_RDMA": "1"}
+    )
+    assert "hostnet-rdma: transport=IBext" in said and "error" not in said and rc == -9, said
+    said, term, rc = watch("nccl-tests-252-ib-wc-error4.log", {"NCCL_DEBUG": "WARN"})
+    assert "NCCL RDMA completion error: completion status 4 (local protection error)" in said, said
+    assert "ACS" in said and term.startswith("hostnet-rdma: warning: NCCL RDMA completion error") and rc == -9

@@ -78,6 +78,9 @@ _IB_NO_DEVICE = re.compile(r"NET/IB\s*:\s*No device found")
 _NO_LIBIBVERBS = re.compile(
     r"(?:Failed to open|Count not open) libibverbs\.so|libibverbs\.so[.\d]*: cannot open shared object file"
 )
+# net.cc / plugin.cc: no external net plugin loaded ("No plugin found (libnccl-net.so)", "Could not
+# find: libnccl-net.so"): only news when the NICs need one.
+_NO_PLUGIN = re.compile(r"NET/Plugin ?: (?:No plugin found|Could not find:? ?libnccl-net)")
 # param.cc / env: "%s set by environment to %s": sockets chosen by the user.
 _SOCKETS_CHOSEN = re.compile(r"NCCL_IB_DISABLE set by environment to 1\b|NCCL_NET set by environment to Socket\b")
 # init.cc: "ncclCommInitRank comm 0x... rank %d nranks %d cudaDev %d ... commId 0x%llx - Init START",
@@ -167,7 +170,7 @@ TITLES = {
     "libibverbs-missing": "libibverbs", "bootstrap-failure": "bootstrap", "ofi-error": "libfabric (EFA)",
     "ib-async-event": "RDMA device event", "ibv-call-failed": "verbs call", "retry-exceeded": "data path",
     "wc-error": "RDMA completion", "remote-error": "remote rank", "watchdog-timeout": "collective timeout",
-    "cuda-error": "CUDA", "plugin-load": "network plugin",
+    "cuda-error": "CUDA", "plugin-load": "network plugin", "invalid-usage": "NCCL call",
 }  # fmt: skip
 
 # net_ib.cc's completion error, in its seven shapes (2.4: "with error %d, opcode %d, len %d, vendor err
@@ -192,12 +195,23 @@ _NO_IFACE = re.compile(
     r"Bootstrap : no socket interface found|NET/Socket : no interface found|NET/IB : No IP interface found"
 )
 _ADDR_FAMILY = re.compile(r"Unsupported address family|unsupported IP family|is neither AF_INET")
+# aws-ofi-nccl prints "NET/OFI " before its own words ("Couldn't open AV. RC: %d, ERROR: %s", "OFI
+# fi_getinfo() call failed", "Unable to find a protocol that worked", "Unexpected number of remote
+# rails"); libfabric's own log says "fi_getinfo: provider efa output empty list" (no EFA device).
 _OFI = re.compile(
-    r"NET/OFI\b[^\r\n]*?(?P<what>Couldn't open AV|fi_getinfo\(\) call failed[^\r\n]*|Unable to find a matching provider|"
-    r"No eligible providers|[^\r\n]*(?:failed|Failed|error|Error)[^\r\n]*)"
+    r"NET/OFI\b[^\r\n]*?(?P<what>(?:Couldn't|Unable|Unexpected|Failed|failed|error|Error)[^\r\n]*)"
+    r"|fi_getinfo: provider efa output empty list"
 )
-_OFI_INIT = re.compile(r"(?:OFI|aws-ofi-nccl)[^\r\n]*(?:init|Init)[^\r\n]*failed")
-_REMOTE = re.compile(r"ncclRemoteError|remote process exited or there was a network error")
+# ncclRemoteError (2.13+), and the socket transport's "Connection closed by remote peer %s" / "Call to
+# recv from %s failed : %s" (misc/socket.cc): a peer went away.
+_REMOTE = re.compile(
+    r"ncclRemoteError|remote process exited or there was a network error|Connection closed by remote peer|"
+    r"Call to (?:recv|send) (?:from|to) \S+ failed"
+)
+# NCCL 2.2's bootstrap: "Call to connect failed : %s" (no address).
+_CONNECT_OLD = re.compile(r"Call to connect (?:failed\s*:\s*|returned\s+)(?P<why>[^\r\n,]+)")
+# The program called NCCL wrongly (argcheck.cc: "%s : invalid root %d ...", ncclInvalidArgument/Usage).
+_INVALID = re.compile(r"NCCL WARN [^\r\n]*: invalid \w+|ncclInvalid(?:Argument|Usage)|NCCL Error [45]: invalid")
 _WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: (?P<work>WorkNCCL\([^)]*\))?(?:[^\r\n]*?ran for (?P<ms>\d+) milliseconds)?"
 )
@@ -208,7 +222,10 @@ _PLUGIN_MISSING = re.compile(r"(?:NCCL_NET|network) '?([\w ]+?)'? (?:not found|c
 
 MAX_LINE = 400  # of a quoted NCCL line
 # A line that may hold any of the above (most lines of a log hold none): one scan decides.
-_ANY = re.compile(r"NCCL|ibv_|Got completion|Watchdog|CUDA|transport retry|libibverbs")
+_ANY = re.compile(
+    r"NCCL|NET/|Net :|Bootstrap|WARN|ibv_|Got completion|Watchdog|CUDA|Cuda|transport retry|libibverbs|fi_getinfo|"
+    r"AF_INET|remote peer|nccl"
+)
 _OURS = "hostnet-rdma: warning: NCCL"
 
 
@@ -310,7 +327,8 @@ def problems(text: str) -> List[Problem]:
             add("libibverbs-missing", line,
                 "NCCL could not load libibverbs (rdma-core) in this image, so it cannot use any RDMA device and "
                 "falls back to sockets", "install rdma-core's libibverbs and its providers in the image "
-                "(Debian/Ubuntu: libibverbs1 ibverbs-providers); the node's devices are not the cause", i)  # fmt: skip
+                "(Debian/Ubuntu: libibverbs1 ibverbs-providers); the node's devices are not the cause", i,
+                primary=False)  # fmt: skip
             continue
         m = _IBV_CALL.search(line)
         if m and "NCCL WARN" in line:
@@ -333,16 +351,24 @@ def problems(text: str) -> List[Problem]:
         if _NO_IFACE.search(line):
             add("bootstrap-failure", line, "NCCL found no network interface to use for its bootstrap",
                 "NCCL_SOCKET_IFNAME: it must name an interface of this (host-network) pod that has an address", i)  # fmt: skip
-        elif _ADDR_FAMILY.search(line) and "NCCL WARN" in line:
+        elif _ADDR_FAMILY.search(line):
             add("bootstrap-failure", line, "an address NCCL was handed is neither IPv4 nor IPv6: a garbled NCCL "
                 "unique id or NCCL_COMM_ID, or an interface without an address", "NCCL_COMM_ID and "
                 "NCCL_SOCKET_IFNAME", i)  # fmt: skip
-        m = _OFI.search(line) or _OFI_INIT.search(line)
-        if m and ("NCCL WARN" in line or "failed" in line):
-            what = m.group(0)
+        m = _OFI.search(line)
+        if m:
+            what = m.group("what") or m.group(0)
             add("ofi-error", line, f"the EFA/libfabric plugin failed: {what.strip()[:160]}",
                 "the EFA devices in the container (the vpc.amazonaws.com/efa resource, /dev/infiniband/uverbs*) and "
                 "that the image's libfabric and aws-ofi-nccl match (fi_info -p efa in the container)", i)  # fmt: skip
+        m = _CONNECT_OLD.search(line)
+        if m:
+            cause, check = _connect("the peer", m.group("why"))
+            add("bootstrap-failure", line, cause, check, i)
+        if _INVALID.search(line):
+            add("invalid-usage", line, "the program called NCCL with an invalid argument or in an invalid order: "
+                "not the network", "the program's collective calls (root, counts, one communicator used by two "
+                "threads) against NCCL's WARN line", i)  # fmt: skip
         if _REMOTE.search(line):
             add("remote-error", line, "another rank failed or lost its connection first (ncclRemoteError)",
                 "that rank's own log names the cause", i, primary=False)  # fmt: skip
@@ -396,6 +422,7 @@ class Transport:
         self.hcas = found
         self.no_device = bool(_IB_NO_DEVICE.search(text))
         self.no_libibverbs = bool(_NO_LIBIBVERBS.search(text))
+        self.no_plugin = bool(_NO_PLUGIN.search(text))
         # NCCL 2.28 with no RDMA device still says "NET/IB : Using [RO]; OOB eth0" after
         # "NET/IB : No device found.": no device either way.
         self.ib_line = bool(found) or (bool(_IB_USING.search(text)) and not self.no_device)
