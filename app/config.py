@@ -8,7 +8,8 @@ Example (every key optional; profiles are merged over the built-in ones):
               minTorch: "2.5", rdzvPort: 23456, delivery: initContainer, image: "",
               imagePullPolicy: IfNotPresent}
     clusterDomain: cluster.local
-    rdmaResourcePrefixes: ["rdma/", "vpc.amazonaws.com/efa"]
+    rdmaResourcePrefixes: ["example.com/nic-"]   # NIC allocators beyond the built-in ones
+    draClaimsCarryNics: true  # a DRA claim on a pod is taken to carry its NICs
     optIn: namespace          # or pod: the pod label is required too
     excludeNamespaces: [kube-system]
     defaultProfile: default
@@ -106,6 +107,7 @@ class _File(_Strict):
     wrapper: _Wrapper = _Wrapper()  # type: ignore[call-arg]
     cluster_domain: str = Field(_D.cluster_domain, alias="clusterDomain")
     rdma_resource_prefixes: list[str] = Field(list(_D.rdma_resource_prefixes), alias="rdmaResourcePrefixes")
+    dra_claims_carry_nics: bool = Field(_D.dra_claims_carry_nics, alias="draClaimsCarryNics")
     limits: _Limits = _Limits()  # type: ignore[call-arg]
     default_profile: str = Field(_D.default_profile, alias="defaultProfile")
     profiles: dict[str, _Profile] = {}
@@ -140,6 +142,7 @@ def from_dict(data: dict[str, Any] | None) -> InjectConfig:
         **parsed.limits.model_dump(),
         cluster_domain=parsed.cluster_domain,
         rdma_resource_prefixes=tuple(parsed.rdma_resource_prefixes),
+        dra_claims_carry_nics=parsed.dra_claims_carry_nics,
         profiles=profiles,
         default_profile=parsed.default_profile,
         opt_in=parsed.opt_in,

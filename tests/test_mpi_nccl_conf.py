@@ -75,7 +75,10 @@ def test_what_cannot_go_to_the_file_is_named_and_a_users_own_file_is_kept() -> N
     conf = r.pod["metadata"]["annotations"][names.ANN_NCCL_CONF]
     assert "NCCL_IB_HCA" not in conf and "NCCL_ALGO" not in conf and "UCX_TLS" not in conf
     (warning,) = [w for w in r.warnings if w.startswith("MPIJob worker")]
-    assert "NCCL_IB_HCA, NCCL_ALGO, UCX_TLS, NCCL_IB_HCA_LONG reach them only from the launcher" in warning
+    assert "NCCL_IB_HCA, NCCL_ALGO, NCCL_IB_HCA_LONG must come from the launcher, if it does not set them" in warning
+    # A transport selector is never pushed on every rank (Crusoe's MPIJob warns that -x UCX_TLS breaks it).
+    assert "UCX_TLS select the MPI's own transports: leave them to the launcher's settings" in warning
+    assert "mpirun -x" not in warning.split("UCX_TLS select")[1]
     pod["spec"]["volumes"].append({"name": "site", "configMap": {"name": "site-nccl"}})
     c["volumeMounts"].append({"name": "site", "mountPath": "/etc/nccl.conf", "subPath": "nccl.conf"})
     r = mutate(pod, PARAMS)

@@ -309,5 +309,5 @@ def test_efa_devices_from_their_device_plugin_get_no_host_path_and_no_privilege(
     sc = spec["containers"][0]["securityContext"]
     assert "privileged" not in sc and "SYS_ADMIN" not in sc["capabilities"]["add"]
     status = orjson.loads(result.pod["metadata"]["annotations"][names.STATUS_ANNOTATION])
-    assert status["skipped"] == {"infiniband": "devices come from resource vpc.amazonaws.com/efa",
-                                 "privileged": "devices come from resource vpc.amazonaws.com/efa"}  # fmt: skip
+    said = "NICs from the AWS EFA device plugin (vpc.amazonaws.com/efa)"
+    assert status["skipped"] == {"infiniband": said, "privileged": said}

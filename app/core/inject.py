@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core import names, quantity
+from app.core import allocators, names, quantity
 from app.core.launchers import LauncherInfo, mpijob
 from app.core.params import Params, Profile
 from app.core.podspec import Env, add_mount, add_volume, child, child_list, mount_at
@@ -96,23 +96,32 @@ TCPX_DAEMONS = ("tcpx-daemon", "tcpxo-daemon")
 
 
 def own_devices(pod: Obj, ctx: Context) -> str | None:
-    """Why the pod needs no RDMA devices of ours (no hostPath, no privileged, no SYS_ADMIN):
-    a fabric's device plugin resource it requests (EFA, the RDMA shared device plugin...), or
-    GPUDirect-TCPX's daemon beside it. None: the devices are ours to mount."""
+    """Why the pod needs no RDMA devices of ours (no hostPath, no privileged, no SYS_ADMIN): an
+    allocator hands it its NICs (a device plugin's resource, a DRA claim: app/core/allocators.py),
+    or GPUDirect-TCPX's daemon drives them. None: the devices are ours to mount."""
     if not ctx.own_checked:
-        ctx.own_reason = _own_devices(pod, ctx.params.config.rdma_resource_prefixes)
+        ctx.own_reason = _own_devices(pod, ctx)
         ctx.own_checked = True
     return ctx.own_reason
 
 
-def _own_devices(pod: Obj, prefixes: tuple[str, ...]) -> str | None:
+def _own_devices(pod: Obj, ctx: Context) -> str | None:
     spec = _spec(pod)
-    for c in spec.get("containers") or []:
-        resources = c.get("resources") or {}
-        for kind in ("limits", "requests"):
-            for key in resources.get(kind) or {}:
-                if any(str(key).startswith(p) for p in prefixes):
-                    return f"devices come from resource {key}"
+    config = ctx.params.config
+    if ctx.flag(names.ANN_ALLOCATED_NICS, True):
+        found = allocators.allocation(pod, config.rdma_resource_prefixes, config.dra_claims_carry_nics)
+        if found is not None:
+            if found.resource and found.assumed:
+                ctx.warn(
+                    f"resource {found.resource} looks like a NIC pool of an allocator hostnet-rdma does not know: taken "
+                    "to hand the pod its NICs, so no /dev/infiniband hostPath, privileged or SYS_ADMIN. Add its prefix "
+                    f'to the config\'s rdmaResourcePrefixes to say so, or annotate {names.ANN_ALLOCATED_NICS}: "false" '
+                    "if the pod's NICs do not come from it"
+                )
+            said = f"{found.what} ({found.resource})" if found.resource else found.what
+            if not found.resource:
+                said += f'; annotate {names.ANN_ALLOCATED_NICS}: "false" if it does not'
+            return f"NICs from {said}"
     for key in ("containers", "initContainers"):
         for c in spec.get(key) or []:
             if isinstance(c, dict) and c.get("name") in TCPX_DAEMONS:
@@ -302,9 +311,19 @@ def _nccl_conf(pod: Obj, ctx: Context) -> None:
     elif lines:  # the user's own /etc/nccl.conf
         left = [ln.split("=", 1)[0] for ln in lines] + left
     if left:
+        # This pod alone cannot see the launcher, whose env and mpirun flags may already carry these:
+        # say what does not reach the ranks from here and let the launcher's settings stand.
+        transport = [k for k in left if not k.startswith(("NCCL_", "TORCH_NCCL_"))]
+        ours = [k for k in left if k not in transport]
+        said = []
+        if ours:
+            said.append(f"{', '.join(ours)} must come from the launcher, if it does not set them already (with Open "
+                        "MPI, mpirun -x NAME passes one on; MPICH and Intel MPI pass the launcher's environment on)")  # fmt: skip
+        if transport:
+            said.append(f"{', '.join(transport)} select the MPI's own transports: leave them to the launcher's "
+                        "settings and its MPI's docs (some, such as UCX_TLS, break the job when forced on every rank)")  # fmt: skip
         ctx.warn(
-            "MPIJob worker: mpirun starts the ranks on this pod over ssh, and sshd gives each a fresh environment: "
-            f"{', '.join(left)} reach them only from the launcher (not in the /etc/nccl.conf NCCL reads"
-            f"{': the container mounts its own' if theirs else ''}); set them on the launcher's container and, with "
-            "Open MPI, pass each on with mpirun -x NAME (MPICH and Intel MPI pass the launcher's environment on)"
+            "MPIJob worker: mpirun starts the ranks on this pod over ssh, and sshd gives each a fresh environment, "
+            f"so this worker's env does not reach them (nor is it in the /etc/nccl.conf NCCL reads"
+            f"{': the container mounts its own' if theirs else ''}): " + "; ".join(said)
         )

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from app.core import budget, inject, launchers, names, profiles, wrap
+from app.core import allocators, budget, inject, launchers, names, profiles, wrap
 from app.core.launchers import LauncherInfo
 from app.core.launchers.base import pod_labels
 from app.core.params import STEP_NAMES, InjectConfig, Params
@@ -177,7 +177,7 @@ def _requests_devices(container: Obj, rdma_prefixes: tuple[str, ...]) -> bool:
     for kind in ("limits", "requests"):
         for key in resources.get(kind) or {}:
             key = str(key)
-            if key.endswith(GPU_RESOURCE_SUFFIXES) or key.startswith(rdma_prefixes):
+            if key.endswith(GPU_RESOURCE_SUFFIXES) or allocators.is_nic_resource(key, rdma_prefixes):
                 return True
     return False
 

@@ -27,6 +27,8 @@ ANN_RDZV_PORT = f"{DOMAIN}/rdzv-port"
 ANN_GLOO_IFNAME = f"{DOMAIN}/gloo-socket-ifname"
 ANN_NCCL_IFNAME = f"{DOMAIN}/nccl-socket-ifname"
 ANN_FABRIC_PREFLIGHT = f"{DOMAIN}/fabric-preflight"
+# "false": the pod's allocator resources or DRA claims do not carry its NICs (they are ours to mount).
+ANN_ALLOCATED_NICS = f"{DOMAIN}/allocated-nics"
 # The job's node count when torchrun is not told and the launcher does not imply it (`2`, `1:4`).
 ANN_NNODES = rules.ANN_NNODES
 # `keep`: a --local-addr of the user's that other nodes could not reach is refused at start,

@@ -177,9 +177,11 @@ class InjectConfig:
     # the pod's effective requests do not grow (the max over init containers, the sum over the
     # others) and a Guaranteed pod stays Guaranteed. Else {requests: {...}, limits: {...}} as given.
     init_resources: dict[str, dict[str, str]] = field(default_factory=dict)
-    # Resources of a fabric's own device plugin: the RDMA shared device plugin (rdma/*) and AWS's
-    # EFA plugin hand the pod its devices, so no hostPath of every device and no privileged.
-    rdma_resource_prefixes: tuple[str, ...] = ("rdma/", "vpc.amazonaws.com/efa")
+    # Resource-name prefixes of a cluster's own NIC allocators, beyond those app/core/allocators.py
+    # knows: such pods get no hostPath of every device, no privileged, no SYS_ADMIN.
+    rdma_resource_prefixes: tuple[str, ...] = ()
+    # A DRA resource claim on a pod is taken to carry its NICs (admission cannot see its device class).
+    dra_claims_carry_nics: bool = True
     # Bounds on one pod's answer: every training container carries the wrapper payload, so a
     # pod with hundreds of them would turn a small request into a huge response.
     max_training_containers: int = 8

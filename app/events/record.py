@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 NOTE_MAX = 1024  # the API server rejects longer notes
 # Bounds on what one admission hands the recorder.
-MAX_WARNINGS = 13  # as many as there are reasons (and the fallback): one note per reason is all an Event shows
+MAX_WARNINGS = 14  # as many as there are reasons (and the fallback): one note per reason is all an Event shows
 FIELD_MAX = 253  # names, kinds, API versions (DNS subdomain length)
 UID_MAX = 128
 
@@ -39,6 +39,7 @@ REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"envFrom values are invisible", "EnvFromOverridden"),
         (r"dnsPolicy Default kept", "DnsPolicyKept"),
         (r"^MPIJob worker: mpirun starts the ranks", "MPIEnvNotForwarded"),
+        (r"looks like a NIC pool of an allocator", "AllocatorAssumed"),
         (r"^pod left unchanged", "PodLeftUnchanged"),
         (r"annotation|unknown NCCL profile|names unknown|is not a port", "AnnotationIgnored"),
     )
@@ -65,8 +66,10 @@ NOTES = {
     "DnsPolicyKept": "dnsPolicy Default kept: the pods' DNS names will not resolve, and the rendezvous cannot form",
     "MPIEnvNotForwarded": "MPIJob workers run sshd, and the ranks mpirun starts there get a fresh environment: "
     "settings the webhook could not write to the worker's /etc/nccl.conf (the container mounts its own, or another "
-    "library's) reach them only if the launcher sets them and passes them on (mpirun -x NAME with Open MPI); the "
-    "worker's admission warning names them",
+    "library's) reach them only from the launcher, if it sets them; the worker's admission warning names them",
+    "AllocatorAssumed": "the pod asks for a resource that looks like a NIC pool of an allocator hostnet-rdma does "
+    "not know: taken to hand the pod its NICs, so it got no /dev/infiniband hostPath, privileged or SYS_ADMIN; the "
+    "config's rdmaResourcePrefixes names a cluster's own allocators",
     "PodLeftUnchanged": "the pod could not be handled safely and was admitted unchanged, without the RDMA plumbing",
     "AnnotationIgnored": "a hostnet-rdma.io/ annotation has a value that is not understood; it was ignored",
     FALLBACK_REASON: "an admission warning",
