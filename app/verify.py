@@ -112,6 +112,9 @@ def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = Tr
     return report
 
 
+_VERBS_ERRORS = ("retry-exceeded", "wc-error", "ibv-call-failed", "ib-async-event")
+
+
 def _no_network(report: Report, log: str, t: nccllog.Transport, cause: nccllog.Problem | None) -> None:
     """No network named and no channel line: say why, or what to set, from what the log has."""
     if t.no_libibverbs and (cause is None or not cause.primary):
@@ -120,6 +123,11 @@ def _no_network(report: Report, log: str, t: nccllog.Transport, cause: nccllog.P
                                    "providers in the image (Debian/Ubuntu: libibverbs1 ibverbs-providers)"
                                    + ("; and no network plugin was loaded (NCCL_NET_PLUGIN, LD_LIBRARY_PATH) if these "
                                       "NICs need one" if t.no_plugin else ""), SOCKETS))  # fmt: skip
+        return
+    if cause is not None and cause.kind in _VERBS_ERRORS:
+        # An error of NCCL's RDMA transport: it was running over verbs; the log just lacks the line.
+        report.notes.append(f"no 'Using network' line in this log; the {cause.title} error below is NCCL's RDMA "
+                            "transport's")  # fmt: skip
         return
     if cause is not None and cause.primary:
         # NCCL stopped before it chose (a bootstrap failure, a missing library): that error is the news.
