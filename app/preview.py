@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import shellread
 from app.controllers import Expansion
 from app.core import InvalidPod, Params, UnsupportedPod, mutate, names, selection, wrap
 from app.core.mutate import Result
@@ -53,20 +54,15 @@ def _pod_name(pod: Obj) -> str:
 _FIELD = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
 
 
-def runtime_env(pod: Obj, container: Obj, configmaps: dict[str, dict[str, str]]) -> dict[str, str]:
-    """The container's env as the kubelet will give it, as far as it is known before the pod runs."""
+def _value_from(pod: Obj, configmaps: dict[str, dict[str, str]]) -> Any:
+    """An env entry's valueFrom as far as it is known before the pod runs: the pod's own fields
+    (fieldRef), what the launcher's controller puts in its ConfigMaps; None otherwise."""
     meta = pod.get("metadata") or {}
-    out: dict[str, str] = {}
-    for e in container.get("env") or []:
-        if not isinstance(e, dict) or not isinstance(e.get("name"), str):
-            continue
-        if isinstance(e.get("value"), str):
-            value = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: out.get(m.group(1), m.group(0)), e["value"])
-            out[e["name"]] = value
-            continue
+
+    def resolve(e: Any) -> str | None:
         ref = (e.get("valueFrom") or {}).get("fieldRef") or {}
         cm = (e.get("valueFrom") or {}).get("configMapKeyRef") or {}
-        found: str | None = None
+        found: Any = None
         path = str(ref.get("fieldPath") or "")
         if path == "metadata.name" and meta.get("name"):
             found = str(meta["name"])
@@ -76,27 +72,23 @@ def runtime_env(pod: Obj, container: Obj, configmaps: dict[str, dict[str, str]])
             found = (meta.get(m.group(1)) or {}).get(m.group(2))
         elif cm:
             found = configmaps.get(str(cm.get("name")), {}).get(str(cm.get("key")))
-        if found is not None:
-            out[e["name"]] = str(found)
+        return None if found is None else str(found)
+
+    return resolve
+
+
+def kubelet_env(pod: Obj, container: Obj, configmaps: dict[str, dict[str, str]]) -> shellread.KubeletEnv:
+    """The container's env as the kubelet builds it (each `$(VAR)` expanded from the entries
+    before it), as far as it is known before the pod runs."""
+    return shellread.kubelet_env(pod, container, _value_from(pod, configmaps))
+
+
+def runtime_env(pod: Obj, container: Obj, configmaps: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The container's env as the kubelet will give it, as far as it is known before the pod runs."""
+    meta = pod.get("metadata") or {}
+    out = dict(kubelet_env(pod, container, configmaps).known)
     if "HOSTNAME" not in out and (pod.get("spec") or {}).get("hostNetwork") is not True:
         out["HOSTNAME"] = str(meta.get("name") or "")
-    return out
-
-
-_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
-
-
-def _expand_words(words: list[str], env: dict[str, str]) -> list[str] | None:
-    """Simple `$VAR`/`${VAR}` expansion as the shell does; None when a word needs more (a command
-    substitution, an array, a variable not known before the pod runs)."""
-    out: list[str] = []
-    for w in words:
-        if "$(" in w or "`" in w or ("[" in w and "$" in w):
-            return None
-        missing = [v for v in _VAR.findall(w) if v not in env]
-        if missing:
-            return None
-        out.append(_VAR.sub(lambda m: env[m.group(1)], w).strip("'\""))
     return out
 
 
@@ -104,7 +96,7 @@ def _expand_words(words: list[str], env: dict[str, str]) -> list[str] | None:
 _OWN_RENDEZVOUS = (("MASTER_ADDR", "MASTER_PORT", "RANK"), ("PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NODE_RANK"))
 
 
-def _without_torchrun(env: dict[str, str], row: Row, wrapped: bool) -> None:
+def _without_torchrun(env: dict[str, str], row: Row, wrapped: bool, has_command: bool = True) -> None:
     """A command without torchrun: the program starts torch.distributed itself, from MASTER_ADDR
     (env://, as Training Operator and Volcano's pytorch plugin set it; Trainer's PET_MASTER_ADDR)
     or LeaderWorkerSet's LWS_LEADER_ADDRESS, or not at all. The start-up hook pins its sockets
@@ -124,11 +116,21 @@ def _without_torchrun(env: dict[str, str], row: Row, wrapped: bool) -> None:
                 "mpirun over ssh (MPIJob): no rendezvous of ours; the ranks read NCCL's settings from /etc/nccl.conf"
             )
             return
-        if not env.get("LWS_LEADER_ADDRESS"):
+        if not env.get("LWS_LEADER_ADDRESS") and has_command:
             row.backend = "no torchrun and no MASTER_ADDR: no rendezvous of ours to preview"
             return
-        row.backend = "the program's own rendezvous (no torchrun), at LWS_LEADER_ADDRESS"
-        row.endpoint = env["LWS_LEADER_ADDRESS"]
+        if env.get("LWS_LEADER_ADDRESS"):
+            row.backend = "the program's own rendezvous (no torchrun), at LWS_LEADER_ADDRESS"
+            row.endpoint = env["LWS_LEADER_ADDRESS"]
+    if not has_command:
+        # The image's entrypoint: it may run torchrun, where the wrapper cannot catch it.
+        row.backend = (
+            "decided at run time: no command, so the image's entrypoint runs (unknown at admission); the wrapper "
+            "cannot catch a torchrun there, which gets the PET_* env instead"
+        )
+        row.store_host = "decided at run time" if row.store_host else ""
+        row.endpoint = row.endpoint or env.get("PET_RDZV_ENDPOINT", "")
+        row.nnodes = row.nnodes or env.get("PET_NNODES", "")
     if wrapped:
         row.warnings.append(
             "no torchrun: the program starts torch.distributed itself; the start-up hook pins GLOO_SOCKET_IFNAME "
@@ -136,10 +138,86 @@ def _without_torchrun(env: dict[str, str], row: Row, wrapped: bool) -> None:
         )
     else:
         row.warnings.append(
-            "no torchrun and no command: the image's entrypoint starts torch.distributed without the wrapper's "
-            "start-up hook, so nothing pins its sockets; Gloo may advertise the node's host name's address "
+            "no command: the image's entrypoint runs without the wrapper, which cannot catch a torchrun there, and "
+            "without its start-up hook, so nothing pins the sockets of torch.distributed; Gloo may advertise the node's host name's address "
             "(127.0.1.1 on many images): give the container a command, or set GLOO_SOCKET_IFNAME yourself"
         )
+
+
+# torchrun's options that decide the rendezvous (endpoint, store host, node count, local
+# address): a value of these known only at run time is said so; any other is read past.
+DECIDING = ("--nnodes", "--node-rank", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-conf", "--master-addr",
+            "--master-port", "--local-addr", "--standalone")  # fmt: skip
+_DECIDING_ENV = {rules.pet_name(o): o for o in DECIDING}
+_SHELLS = ("sh", "bash", "dash", "zsh", "ash", "ksh")
+RUN_TIME = "<run time>"  # what the preview puts for a value it reads past
+
+
+def command_reading(argv: list[str], env: dict[str, str]) -> tuple[shellread.Torchrun | None, list[str]]:
+    """The torchrun a (kubelet-expanded) command runs, and the programs it runs that the file
+    does not hold (a shell script of the image's, one the command fetches)."""
+    if not argv:
+        return None, []
+    shell = argv[0].rsplit("/", 1)[-1] in _SHELLS
+    if shell and len(argv) >= 3 and argv[1].startswith("-") and "c" in argv[1]:
+        if len(argv[2]) > wrap.MAX_ANALYSED_SCRIPT:
+            raise wrap.ScriptTooLarge(argv[2][:40])
+        reading = shellread.read_script(argv[2], env)
+        return reading.torchrun, reading.programs
+    if sum(len(w) + 1 for w in argv) > wrap.MAX_ANALYSED_SCRIPT:
+        raise wrap.ScriptTooLarge(argv[0][:40])
+    args = wrap.torchrun_args({"command": argv})
+    if args is not None:
+        return shellread.Torchrun(list(args), {}, set()), []
+    if shell and len(argv) >= 2 and not argv[1].startswith("-"):
+        return None, [f"{argv[0]} {argv[1]}"]
+    if argv[0].endswith(".sh"):
+        return None, [argv[0]]
+    return None, []
+
+
+def _run_time_flags(run: shellread.Torchrun) -> tuple[list[str], list[str]]:
+    """torchrun's args with what it reads past replaced by RUN_TIME, and the deciding flags whose
+    values are known only at run time (`--flag=text`)."""
+    args = list(run.args)
+    needs = [f"{_DECIDING_ENV[n]} (from {n})" for n in sorted(run.unknown_env) if n in _DECIDING_ENV]
+    try:
+        argv = rules.Argv([a.replace(shellread.UNKNOWN, "") for a in args])
+    except rules.ArgvError:
+        return args, needs
+    for option, (index, inline) in argv.options.items():
+        at = index if inline is not None else index + 1
+        if at >= len(args) or not shellread.is_unknown(args[at]):
+            continue
+        shown = args[at].replace(shellread.UNKNOWN, "")
+        if option in DECIDING:
+            needs.append(f"{option}={shown.split('=', 1)[1] if inline is not None else shown}")
+        elif inline is not None:
+            args[at] = args[at].split("=", 1)[0] + "=" + RUN_TIME
+        else:
+            args[at] = RUN_TIME
+    if argv.script is not None and argv.script < len(args):
+        args[argv.script :] = [a.replace(shellread.UNKNOWN, "") for a in args[argv.script :]]
+    return args, needs
+
+
+def _not_in_file(env: dict[str, str], row: Row, programs: list[str], info_nnodes: str) -> None:
+    """A command that runs a program the file does not hold: what torchrun decides there is
+    known only at run time; the wrapper catches torchrun inside it (PATH and the start-up hook)."""
+    row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
+    row.backend = (
+        f"decided at run time: the command runs {programs[0]}, which the file does not hold; the wrapper "
+        "catches torchrun inside it at run time"
+    )
+    for addr, port, _ in _OWN_RENDEZVOUS:
+        if env.get(addr):
+            row.endpoint = f"{env[addr]}:{env.get(port, '?')}"
+            break
+    else:
+        if env.get("PET_RDZV_ENDPOINT"):
+            row.endpoint = env["PET_RDZV_ENDPOINT"]
+    row.nnodes = env.get("PET_NNODES") or env.get("WORLD_SIZE") or info_nnodes
+    row.store_host = "decided at run time"
 
 
 def decide(pod: Obj, result: Result, configmaps: dict[str, dict[str, str]], params: Params, row: Row) -> None:
@@ -156,18 +234,32 @@ def decide(pod: Obj, result: Result, configmaps: dict[str, dict[str, str]], para
     if result.pod["spec"].get("dnsPolicy") == names.CLUSTER_DNS_POLICY and params.namespace:
         zone = f"{params.namespace}.svc.{params.config.cluster_domain}"
     env = rules.unpack(env, zone)
+    # What the kubelet hands the runtime: command and args with $(VAR) expanded.
+    argv = shellread.kubelet_argv(wrap.original_argv(c), kubelet_env(result.pod, c, configmaps))
     try:
-        args = wrap.torchrun_args(c)
-    except wrap.ScriptTooLarge:
-        args = None
-    expanded = _expand_words(args, env) if args is not None else None
-    if expanded is None and not wrap.runs_torch_distributed(c):
-        _without_torchrun(env, row, wrap.is_wrapped(c))
+        run, programs = command_reading(argv, env)
+    except (wrap.ScriptTooLarge, shellread.TooLarge):
+        row.backend = "decided at run time (the command is over the size the preview reads)"
+        row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
         return
-    if expanded is None:
+    except ValueError:  # the shell would refuse the script
+        run, programs = None, []
+    if run is None and programs:
+        _not_in_file(env, row, programs, result.info.nnodes if result.info else "")
+        return
+    if run is None and not wrap.runs_torch_distributed({"command": argv}):
+        _without_torchrun(env, row, wrap.is_wrapped(c), wrap.is_wrapped(c) or bool(c.get("command")))
+        return
+    if run is None:
         row.backend = "decided at run time (torchrun's arguments are in a script or need the shell)"
         row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
         return
+    expanded, needs = _run_time_flags(run)
+    if needs:
+        row.backend = f"decided at run time ({'; '.join(needs)}: known only when the pod runs)"
+        row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
+        return
+    env = {**env, **run.env}
     try:
         _, plan = rules.merge(expanded, env)
     except rules.ArgvError as e:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app import controllers, preview, review
+from app import controllers, preview, review, shellread
 from app.cli.common import preview_config
 from app.cli.explain import data
 from app.core import selection
@@ -39,16 +39,16 @@ VERDICTS = {
     "jobset/pytorch-cnn-mnist": "ok", "jobset/pytorch-mnist": "ok",
     "jobset/pytorch-resnet": "refused", "jobset/pytorch-resnet-cifar10": "refused",
     "jobset/pytorch-v1alpha1": "refused",
-    "kueue/appwrapper-pytorch-sample": "own", "kueue/appwrapper-leaderworkerset-sample": "own",
+    "kueue/appwrapper-pytorch-sample": "own", "kueue/appwrapper-leaderworkerset-sample": "entrypoint",
     "kueue/sample-job": "plain", "mpi-operator/nccl-tests": "mpi",
     "kueue/sample-jobset-tas-required": "none", "kueue/sample-pytorchjob": "own",
-    "lws/sample": "own", "lws/sglang": "own", "lws/tensorrt-llm": "own", "lws/vllm-gpu": "own",
+    "lws/sample": "entrypoint", "lws/sglang": "own", "lws/tensorrt-llm": "script", "lws/vllm-gpu": "script",
     "trainer/multi-node": "own", "trainer/pytorch-simple": "own",
     "training-operator/cpu-demo": "ok", "training-operator/deepspeed-demo": "ok",
     "training-operator/elastic-echo": "ok", "training-operator/elastic-imagenet": "ok",
-    "training-operator/mnist-gloo": "own", "training-operator/mnist-nccl": "own",
-    "training-operator/mnist2-sample": "own", "training-operator/sendrecv": "own",
-    "training-operator/simple": "own", "volcano/pytorch-plugin": "own",
+    "training-operator/mnist-gloo": "entrypoint", "training-operator/mnist-nccl": "entrypoint",
+    "training-operator/mnist2-sample": "own", "training-operator/sendrecv": "entrypoint",
+    "training-operator/simple": "own", "volcano/pytorch-plugin": "entrypoint",
 }  # fmt: skip
 
 
@@ -78,12 +78,25 @@ def load(path: Path) -> list[dict[str, Any]]:
     return docs
 
 
-def preview_of(docs: list[dict[str, Any]]) -> tuple[list[preview.Row], list[Any]]:
+def preview_with_configmaps(
+    docs: list[dict[str, Any]],
+) -> tuple[list[preview.Row], list[Any], dict[str, dict[str, str]]]:
     cfg = preview_config(None, None)  # the chart's defaults, as `explain -f` previews
     expansions = controllers.expand(docs, "default", None)
     configmaps = {k: v for ex in expansions for k, v in ex.configmaps.items()}
     rows = preview.rows(expansions, lambda ns: review.params_for(cfg, ns), selection.from_config(cfg), None, configmaps)
-    return rows, [ex for ex in expansions if not ex.pods]
+    return rows, [ex for ex in expansions if not ex.pods], configmaps
+
+
+def preview_of(docs: list[dict[str, Any]]) -> tuple[list[preview.Row], list[Any]]:
+    rows, others, _ = preview_with_configmaps(docs)
+    return rows, others
+
+
+# The verdicts of files whose own command runs torchrun: bash's argv is held to the preview.
+TORCHRUN_VERDICTS = ("ok", "refused", "runtime")
+# The files where the preview says "decided at run time" for a named rendezvous flag.
+RUN_TIME: list[str] = []
 
 
 def verdict(rows: list[preview.Row], others: list[Any]) -> str:
@@ -95,6 +108,12 @@ def verdict(rows: list[preview.Row], others: list[Any]) -> str:
         return "plain"
     if all(r.backend.startswith("no torchrun and no MASTER_ADDR") for r in rows if r.mutated):
         return "none"
+    if any(r.backend.startswith("decided at run time (") for r in rows if r.mutated):
+        return "runtime"  # a rendezvous flag known only when the pod runs, named
+    if all(r.backend.startswith("decided at run time: the command runs") for r in rows if r.mutated):
+        return "script"
+    if all(r.backend.startswith("decided at run time: no command") for r in rows if r.mutated):
+        return "entrypoint"
     if all(r.backend.startswith("mpirun over ssh") for r in rows if r.mutated):
         # sshd drops the pod's env: each worker's NCCL settings are in its /etc/nccl.conf too.
         assert all("hostnet-rdma.io/nccl-conf" in r.pod_after["metadata"]["annotations"] for r in rows if r.mutated)
@@ -146,18 +165,31 @@ with open(os.environ["ARGV_OUT"], "w") as f:
 """
 
 
-def bash_argv(container: dict[str, Any], env: dict[str, str], tmp: Path) -> list[str] | None:
-    """The argv bash hands torchrun for this container's command and env (None: no torchrun ran)."""
-    argv = core_wrap.original_argv(container)
+HOSTNAME = "#!/bin/sh\necho node-a\n"  # `hostname -s`, `hostname`: a name the node has
+
+
+def bash_argv(
+    container: dict[str, Any], env: dict[str, str], tmp: Path, argv: list[str] | None = None
+) -> list[str] | None:
+    """The argv bash hands torchrun for this container's command (as the kubelet expanded it:
+    `argv`) and env (None: no torchrun ran)."""
+    argv = core_wrap.original_argv(container) if argv is None else argv
     bindir = tmp / "bin"
     bindir.mkdir(exist_ok=True)
     for name in ("torchrun", "python", "python3"):
         (bindir / name).write_text(FAKE.format(python=sys.executable))
         (bindir / name).chmod(0o755)
+    (bindir / "hostname").write_text(HOSTNAME)
+    (bindir / "hostname").chmod(0o755)
+    # What the script runs besides torchrun is not there (pip, nvidia-smi, /workspace): under
+    # `set -e` it would stop the script first. BASH_ENV (read by bash -c) makes each a success.
+    (tmp / "bash_env").write_text(
+        'command_not_found_handle() { return 0; }\ncd() { builtin cd "$@" 2>/dev/null || true; }\n'
+    )
     out = tmp / "argv.json"
     out.unlink(missing_ok=True)
     # Only the fakes on PATH: nothing else of the command runs (pip, sleep, install scripts).
-    run_env = {**env, "PATH": str(bindir), "ARGV_OUT": str(out), "HOME": str(tmp)}
+    run_env = {**env, "PATH": str(bindir), "ARGV_OUT": str(out), "HOME": str(tmp), "BASH_ENV": str(tmp / "bash_env")}
     if argv and os.path.basename(argv[0]) in ("bash", "sh"):
         argv = [shutil.which("bash") or "/bin/bash", *argv[1:]]
     else:
@@ -172,17 +204,21 @@ def bash_argv(container: dict[str, Any], env: dict[str, str], tmp: Path) -> list
     return got
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if VERDICTS[f"{p.parent.name}/{p.stem}"] in ("ok", "refused")],
+@pytest.mark.parametrize("path", [p for p in FILES if VERDICTS[f"{p.parent.name}/{p.stem}"] in TORCHRUN_VERDICTS],
                          ids=lambda p: f"{p.parent.name}/{p.stem}")  # fmt: skip
 def test_the_run_time_decision_on_bashs_argv_equals_the_preview(path: Path, tmp_path: Path) -> None:
-    rows, _ = preview_of(load(path))
+    rows, _, configmaps = preview_with_configmaps(load(path))
     for r in rows:
         assert r.result is not None and r.result.info is not None
         c = _container(r)
-        env = preview.runtime_env(r.result.pod, c, {})
+        env = preview.runtime_env(r.result.pod, c, configmaps)
         settings = core_wrap.settings_of(c)
-        argv = bash_argv(c, env, tmp_path)
+        kubelet = shellread.kubelet_argv(core_wrap.original_argv(c), preview.kubelet_env(r.result.pod, c, configmaps))
+        argv = bash_argv(c, env, tmp_path, kubelet)
         assert argv is not None, r.pod
+        if r.backend.startswith("decided at run time ("):  # a rendezvous flag named: nothing to compare
+            RUN_TIME.append(f"{path.parent.name}/{path.stem}")
+            continue
         full = rules.unpack({**env, rules.ENV_POD: settings or ""})
         try:
             _, plan = rules.merge(argv, full)
@@ -215,7 +251,9 @@ def corpus_table() -> str:
         backend = first.backend if first else ""
         detail = {"refused": next((r.refusal for r in rows if r.refusal), "")[:90] + "…",
                   "unexpanded": next((ex.note for ex in others if ex.unexpanded), "")[:90] + "…",
-                  "own": backend, "none": backend, "mpi": backend,
+                  "own": backend, "none": backend, "mpi": backend, "script": backend[:90] + "…",
+                  "entrypoint": backend[:90] + "…",
+                  "runtime": next((r.backend for r in rows if r.backend.startswith("decided at run time (")), "")[:90] + "…",
                   "plain": rows[0].reason[:90] + "…" if rows else "",
                   "ok": f"{backend} rendezvous" if rows else ""}[said]  # fmt: skip
         lines.append(f"| `{path.parent.name}/{path.name}` | {', '.join(launchers)} | {len(rows)} | "

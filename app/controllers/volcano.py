@@ -1,7 +1,8 @@
 """Volcano (v1.15.1) `batch.volcano.sh/v1alpha1` Job: pods `<job>-<task>-<i>` with Volcano's
 labels and annotations (the PodGroup `<job>-<uid>`), and what its plugins add: svc (hostname,
 subdomain `<job>`, VC_<TASK>_HOSTS/_NUM from the ConfigMap `<job>-svc`), env (VK_/VC_TASK_INDEX),
-pytorch (MASTER_ADDR of the `--master` task's pod 0, MASTER_PORT, WORLD_SIZE, RANK)."""
+pytorch (MASTER_ADDR of the `--master` task's pod 0, MASTER_PORT, WORLD_SIZE, RANK; with
+`--wait-master-enabled` each worker's `wait-for-master` init container)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,41 @@ def _env_name(task: str) -> str:
 
 
 def _plugin_args(args: list[str]) -> dict[str, str]:
+    """A plugin's arguments as Go's flag package reads them: `--name=value`, `-name=value`, a bare
+    boolean `--name` (true), and `--name value` for the plugin's flags that take a value."""
     out: dict[str, str] = {}
-    for a in args:
-        key, _, value = str(a).lstrip("-").partition("=")
+    words = [str(a) for a in args]
+    i = 0
+    while i < len(words):
+        a = words[i]
+        if not a.startswith("-") or a in ("-", "--"):
+            break  # Go's flag package stops at the first argument that is not a flag
+        key, eq, value = a.lstrip("-").partition("=")
+        if not eq and key in _VALUED and i + 1 < len(words):
+            value, i = words[i + 1], i + 1
+        elif not eq:
+            value = "true"
         out[key] = value
+        i += 1
     return out
+
+
+# The pytorch plugin's flags that take a value (the others are booleans).
+_VALUED = ("master", "worker", "port", "wait-master-timeout", "wait-master-image")
+# Its defaults (v1.15.1, pkg/controllers/job/plugins/distributed-framework/pytorch/pytorch.go).
+WAIT_MASTER_IMAGE, WAIT_MASTER_TIMEOUT = "busybox:1.36.1", 300
+
+
+def _go_bool(value: str) -> bool:
+    """strconv.ParseBool's true spellings (anything else is false or a parse error: off)."""
+    return value in ("1", "t", "T", "TRUE", "true", "True")
+
+
+def _go_int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
 
 
 def job(obj: Obj) -> list[Obj]:
@@ -87,11 +118,49 @@ def job(obj: Obj) -> list[Obj]:
                     c.setdefault("volumeMounts", []).append({"name": f"{name}-svc", "mountPath": "/etc/volcano"})
                 if pytorch is not None:
                     add_env(c, *_pytorch_env(name, task, i, pytorch, counts, tasks))
-                    port = int(pytorch.get("port") or 23456)
+                    port = _go_int(pytorch.get("port"), 23456)
                     if not any(isinstance(x, dict) and x.get("containerPort") == port for x in c.get("ports") or []):
                         c.setdefault("ports", []).append({"name": "pytorchjob-port", "containerPort": port})
+            if pytorch is not None and task == (pytorch.get("worker") or "worker"):
+                _wait_for_master(p, name, pytorch, tasks)
             pods.append(p)
     return pods
+
+
+def _master_addr(job: str, master: str, tasks: list[Obj]) -> str:
+    spec = next((as_dict(as_dict(t.get("template")).get("spec")) for t in tasks if t.get("name") == master), {})
+    return f"{spec.get('hostname') or f'{job}-{master}-0'}.{spec.get('subdomain') or job}"
+
+
+def _wait_for_master(pod: Obj, job: str, args: dict[str, str], tasks: list[Obj]) -> None:
+    """The pytorch plugin's `wait-for-master` init container on a worker (`--wait-master-enabled`):
+    appended after the template's own, unless one of that name is there; only where the job has
+    the master task (without it the plugin adds nothing)."""
+    master = args.get("master") or "master"
+    if not _go_bool(args.get("wait-master-enabled", "false")) or not any(t.get("name") == master for t in tasks):
+        return
+    inits = pod["spec"].setdefault("initContainers", [])
+    if any(isinstance(c, dict) and c.get("name") == "wait-for-master" for c in inits):
+        return
+    addr, port = _master_addr(job, master, tasks), _go_int(args.get("port"), 23456)
+    timeout = _go_int(args.get("wait-master-timeout"), WAIT_MASTER_TIMEOUT)
+    script = (
+        f'echo "Waiting for master node {addr}:{port} to be ready..."\n'
+        f"TIMEOUT={timeout}\n"
+        "ELAPSED=0\n"
+        f"until {{ nc -z {addr} {port} || echo > /dev/tcp/{addr}/{port}; }} 2>/dev/null; do\n"
+        "  if [ $ELAPSED -ge $TIMEOUT ]; then\n"
+        '    echo "Timeout waiting for master after ${TIMEOUT} seconds"\n'
+        "    exit 1\n"
+        "  fi\n"
+        '  echo "Master not ready yet, retrying in 2 seconds... (elapsed: ${ELAPSED}s)"\n'
+        "  sleep 2\n"
+        "  ELAPSED=$((ELAPSED + 2))\n"
+        "done\n"
+        'echo "Master node is ready!"'
+    )
+    inits.append({"name": "wait-for-master", "image": args.get("wait-master-image", WAIT_MASTER_IMAGE),
+                  "command": ["sh", "-c", script]})  # fmt: skip
 
 
 def _pytorch_env(job: str, task: str, index: int, args: dict[str, str], counts: dict[str, int],
@@ -101,8 +170,7 @@ def _pytorch_env(job: str, task: str, index: int, args: dict[str, str], counts: 
     master, worker = args.get("master") or "master", args.get("worker") or "worker"
     port = args.get("port") or "23456"
     world = counts.get(master, 0) + counts.get(worker, 0)
-    spec = next((as_dict(as_dict(t.get("template")).get("spec")) for t in tasks if t.get("name") == master), {})
-    host = f"{spec.get('hostname') or f'{job}-{master}-0'}.{spec.get('subdomain') or job}"
+    host = _master_addr(job, master, tasks)
     env = [literal("MASTER_ADDR", host), literal("MASTER_PORT", port), literal("WORLD_SIZE", str(world))]
     if task == worker:
         env.append(literal("RANK", str(index + 1)))
