@@ -275,7 +275,7 @@ def test_a_quiet_nccl_debug_is_redirected_and_the_user_keeps_their_level(level: 
     shutil.rmtree(d)
 
 
-def _watch(tmp_path: Path, log: str, env: dict[str, str]) -> tuple[str, str, int]:
+def _watch(tmp_path: Path, log: str, env: dict[str, str], lines: str | None = None) -> tuple[str, str, int]:
     import io
     import signal
     import subprocess
@@ -294,7 +294,7 @@ def _watch(tmp_path: Path, log: str, env: dict[str, str]) -> tuple[str, str, int
         target=w.watch_transport, args=(str(d), env, parent.pid, lambda: parent.poll() is None, 0.05, out), daemon=True
     )
     t.start()
-    (d / "nccl.node-0.1201.log").write_text(_nccl_lines(log))
+    (d / "nccl.node-0.1201.log").write_text(_nccl_lines(log) if lines is None else lines)
     try:
         parent.wait(timeout=2)
     except subprocess.TimeoutExpired:
@@ -375,36 +375,12 @@ def test_require_rdma_never_stops_a_plugin_network_and_errors_get_their_cause(tm
     """Held to public logs (tests/nccl-corpus/): the SHARP plugin's IBext with requireRdma is not
     stopped; an error gets one line with its cause, and the first cause is the termination
     message."""
-    import io
-    import signal
-    import threading
-
-    from app.wrapper import torchrun as w
-
     corpus = Path(__file__).parent / "nccl-corpus"
 
     def watch(name: str, env: dict[str, str]) -> tuple[str, str, int]:
-        d = tmp_path / name / "nccl"
-        d.mkdir(parents=True)
-        term = tmp_path / name / "termination-log"
-        term.write_text("")
-        parent = subprocess.Popen(["sleep", "30"])
-        out = io.StringIO()
-        env = {**env, "HOSTNET_RDMA_TERMINATION_LOG": str(term)}
-        t = threading.Thread(target=w.watch_transport, args=(str(d), env, parent.pid, lambda: parent.poll() is None,
-                                                             0.05, out), daemon=True)  # fmt: skip
-        t.start()
         lines = [ln for ln in (corpus / name).read_text().splitlines()[1:] if "NCCL" in ln]
-        (d / "nccl.h.1.log").write_text(
-            "\n".join(lines) + "\nh:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE\n"
-        )
-        try:
-            parent.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            parent.send_signal(signal.SIGKILL)
-            parent.wait()
-        t.join(timeout=5)
-        return out.getvalue(), term.read_text(), parent.returncode
+        done = "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE"
+        return _watch(tmp_path / name, name, env, "\n".join([*lines, done]) + "\n")
 
     said, term, rc = watch(
         "nccl-1357-ibext-healthy-2node-h100.log", {"NCCL_DEBUG": "WARN", "HOSTNET_RDMA_REQUIRE_RDMA": "1"}
