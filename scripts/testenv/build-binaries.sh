@@ -2,7 +2,8 @@
 # Build (once) the Kubernetes binaries the test tiers need and print the directory that holds
 # them. The API-server tier needs kube-apiserver + etcd (+ helm); the cluster tier also needs
 # kubelet, kube-controller-manager, kube-scheduler, kube-proxy, kubectl, CoreDNS and containerd
-# 2.x (image volumes need containerd 2.1+; Debian 12 has 1.6).
+# 2.x (image volumes need containerd 2.1+; Debian 12 has 1.6), and its test device plugin and DRA
+# kubelet plugin (tests/cluster/allocators/).
 # Order of preference, as envtest does it:
 #   1. $KUBEBUILDER_ASSETS with every binary in it
 #   2. every binary already on PATH
@@ -13,6 +14,7 @@
 # module that requires k8s.io/kubernetes and replaces each staging module with v0.Y.Z, and
 # build every command in one `go build` (shared packages compile once).
 set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 
 K8S_VERSION="${K8S_VERSION:-1.36.3}"
 HELM_VERSION="${HELM_VERSION:-3.22.0}"
@@ -141,6 +143,19 @@ if [ ! -x "$OUT/containerd" ] || ! "$OUT/containerd" --version | grep -q " v$CON
   GOBIN="$OUT" GOFLAGS=-mod=mod CGO_ENABLED=0 go install -trimpath -tags "no_btrfs no_devmapper no_zfs" \
     -ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION" "${pkgs[@]}"
   log "built containerd in $(( $(date +%s) - start ))s"
+fi
+
+# The cluster tier's device plugin and DRA kubelet plugin (tests/cluster/allocators/, a Go
+# module pinned to this Kubernetes' staging modules), rebuilt when its source changes.
+ALLOCATORS="$ROOT/tests/cluster/allocators"
+sum="$(cat "$ALLOCATORS"/go.mod "$ALLOCATORS"/go.sum "$ALLOCATORS"/*.go | sha256sum | cut -c1-16)"
+if [ ! -x "$OUT/hostnet-rdma-test-allocators" ] || [ "$(cat "$OUT/hostnet-rdma-test-allocators.sum" 2>/dev/null)" != "$sum" ]; then
+  start=$(date +%s)
+  log "building the test allocators (tests/cluster/allocators) from the Go module proxy"
+  (cd "$ALLOCATORS" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$OUT/hostnet-rdma-test-allocators.tmp" .)
+  mv "$OUT/hostnet-rdma-test-allocators.tmp" "$OUT/hostnet-rdma-test-allocators"
+  echo "$sum" >"$OUT/hostnet-rdma-test-allocators.sum"
+  log "built the test allocators in $(( $(date +%s) - start ))s"
 fi
 
 echo "$OUT"

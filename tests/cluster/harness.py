@@ -444,7 +444,7 @@ class Cluster:
         net, st = self.net, self.state
         ns = st.netns[i - 1]
         d = self.workdir / node
-        for sub in ("containerd/root", "containerd/state", "cni", "kubelet", "pod-logs", "cni-ipam"):
+        for sub in ("containerd/root", "containerd/state", "cni", "kubelet", "pod-logs", "cni-ipam", "cdi-specs"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         sock = d / "containerd" / "containerd.sock"
         (d / "containerd" / "config.toml").write_text(
@@ -459,6 +459,8 @@ class Cluster:
             "  restrict_oom_score_adj = true\n"
             # Pod network namespaces under the node's state dir, not the host's /run/netns.
             "  netns_mounts_under_state_dir = true\n"
+            # CDI specs (a DRA driver's devices, tests/cluster/test_allocators.py) per node.
+            f'  cdi_spec_dirs = ["{d}/cdi-specs"]\n'
             "  [plugins.'io.containerd.cri.v1.runtime'.containerd]\n"
             '    default_runtime_name = "runc"\n'
             "    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
@@ -542,6 +544,10 @@ conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeo
         script = f"""set -e
 mount --bind {d / "hosts"} /etc/hosts
 hostname {node}
+# The kubelet's device-plugin socket is always /var/lib/kubelet/device-plugins/kubelet.sock,
+# whatever --root-dir says (pkg/kubelet/cm/devicemanager/manager.go): one per node.
+mkdir -p /var/lib/kubelet/device-plugins {d / "device-plugins"}
+mount --bind {d / "device-plugins"} /var/lib/kubelet/device-plugins
 PATH={b}:$PATH {b / "containerd"} --config {d / "containerd" / "config.toml"} >{self.logs / f"{node}-containerd.log"} 2>&1 &
 echo $! >{d / "containerd.pid.tmp"} && mv {d / "containerd.pid.tmp"} {d / "containerd.pid"}
 for i in $(seq 100); do [ -S {sock} ] && break; sleep 0.1; done
@@ -695,12 +701,18 @@ def infiniband_dir(tag: str) -> Path:
     return Path("/dev") / f"hrc{tag}-infiniband"
 
 
+def hostdev_dir(tag: str) -> Path:
+    """The nodes' NIC device nodes that the test allocators hand out (tests/cluster/allocators/):
+    a directory of this run's in the host's /dev; removed at teardown."""
+    return Path("/dev") / f"hrc{tag}-hostdev"
+
+
 def teardown(st: State) -> None:
     """Remove everything `st` records, in dependency order. Safe to run twice."""
     t0 = time.monotonic()
     # kubelets first (they would restart containers), then everything on each node:
     # containerd, shims and container processes (by netns and by the node's cgroups).
-    node_pids = [pid for name, pid in st.pids.items() if name.endswith(("-kubelet", "-kube-proxy"))]
+    node_pids = [pid for name, pid in st.pids.items() if name.endswith(("-kubelet", "-kube-proxy", "-plugin"))]
     _kill(node_pids, 5)
     for _ in range(5):
         victims = [p for ns in st.netns for p in _netns_pids(ns)]
@@ -729,6 +741,7 @@ def teardown(st: State) -> None:
                 sh("umount", "-l", m, check=False)
     with contextlib.suppress(OSError):
         infiniband_dir(st.tag).rmdir()
+    shutil.rmtree(hostdev_dir(st.tag), ignore_errors=True)
     for rule in st.firewall:
         sh("iptables", "-D", *rule.split(), check=False)
     for route in st.routes:
@@ -766,6 +779,8 @@ def leftovers(st: State) -> list[str]:
     left += [f"process {name} ({pid})" for name, pid in st.pids.items() if _alive(pid) and _is_ours(pid, st)]
     mounts = sh("findmnt", "-rn", "-o", "TARGET", check=False).stdout.split()
     left += [f"mount {m}" for m in mounts if m.startswith(st.workdir + "/")]
+    if hostdev_dir(st.tag).exists():
+        left.append(f"device nodes {hostdev_dir(st.tag)}")
     routes = sh("ip", "route", "show", "table", "all", check=False).stdout
     if f"198.19.{st.net_x}." in routes:
         left.append(f"routes to 198.19.{st.net_x}.0/24")
