@@ -11,6 +11,7 @@ counts). What only the node knows (its addresses, for an IP or Service endpoint)
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -316,7 +317,37 @@ def rows(
                 if not row.refusal:
                     row.refusal = _admission_refusal(result)
             out.append(row)
+        _alone(out[len(out) - len(ex.pods) :])
     return out
+
+
+# A pod's job within its object: a JobSet's replicated job (a TrainJob's initializers and nodes).
+_REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+
+
+def _alone(rows: list[Row]) -> None:
+    """The webhook cannot count a launcher's pods at admission, so a pod of a job that has only
+    one is warned like one of several. The preview counted them: for a pod that is its job's
+    only one, torchrun's default (1 node) is right; the wrapper still refuses a wrapped torchrun
+    without --nnodes, so say why, and drop the warning about an unwrapped one."""
+    jobs = Counter(((r.before.get("metadata") or {}).get("labels") or {}).get(_REPLICATED_JOB, "") for r in rows)
+    for r in rows:
+        if jobs[((r.before.get("metadata") or {}).get("labels") or {}).get(_REPLICATED_JOB, "")] != 1:
+            continue
+        said = (
+            f"{rules.NNODES_NOT_GIVEN}: this pod is its job's only one here, but at admission the webhook cannot "
+            f"count a {r.launcher or 'launcher'} job's pods, so the wrapper refuses rather than risk training alone. "
+            f'Pass --nnodes=1 or annotate the pod template {rules.ANN_NNODES}: "1"'
+        )
+        if rules.NNODES_NOT_GIVEN in r.refusal:
+            r.refusal = said
+        kept = []
+        for w in r.warnings:
+            if rules.NNODES_NOT_GIVEN not in w:
+                kept.append(w)
+            elif _WILL_REFUSE in w:
+                kept.append(w.split(_WILL_REFUSE, 1)[0] + _WILL_REFUSE + said)
+        r.warnings = kept
 
 
 _WILL_REFUSE = ": wrapper will refuse: "

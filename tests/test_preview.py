@@ -443,3 +443,149 @@ def test_a_product_of_counts_over_the_bound_is_refused_before_its_pods_are_made(
     }[kind]  # fmt: skip
     with pytest.raises(controllers.ExpandError, match=what):
         controllers.expand(objs, "ml")
+
+
+HOLDERS = """
+apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata: {generateName: finetune-}
+spec:
+  entrypoint: main
+  templates:
+    - name: main
+      container: {image: pytorch, command: [torchrun, t.py]}
+    - name: train
+      resource:
+        action: create
+        manifest: |
+          apiVersion: kubeflow.org/v2beta1
+          kind: MPIJob
+          metadata: {name: neox}
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly}
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          hostNetwork: true
+          containers: [{name: c, image: pytorch, command: [torchrun, --nnodes=1, t.py]}]
+---
+apiVersion: ray.io/v1
+kind: RayJob
+metadata: {name: rj}
+spec: {entrypoint: python train.py}
+---
+pipelineInfo: {name: p}
+deploymentSpec: {executors: {}}
+root: {}
+"""
+
+
+@pytest.mark.parametrize("command", ["explain", "mutate"])
+def test_kinds_that_make_workloads_are_named_with_exit_4(command: str, tmp_path: Path) -> None:
+    """Issue 53: an Argo Workflow whose templates hold a `container:` and an MPIJob as a string
+    was "not workloads (no pods)", exit 0; a CronJob, a RayJob and a Kubeflow Pipelines spec (no
+    kind) were not named either, or stopped the preview."""
+    f = tmp_path / "holders.yaml"
+    f.write_text(HOLDERS)
+    out = run_cli(command, "-f", str(f))
+    said = out.stdout + out.stderr
+    assert out.returncode == preview.EXIT_NOT_PREVIEWED == 4, said
+    assert "Workflow/finetune-: its steps' pods and the workloads its resource templates create: not previewed" in said
+    assert "CronJob/nightly: the Jobs it starts (preview one with `kubectl create job" in said
+    assert "RayJob/rj: its Ray cluster's head and worker pods" in said
+    assert "Kubeflow Pipelines pipeline spec: its components' pods are made when a run starts" in said
+    assert "not workloads" not in said
+
+
+def _runtime_alone() -> str:
+    runtime = (ROOT / "tests" / "corpus" / "trainer" / "runtime-torch-distributed.yaml").read_text()
+    docs = list(yaml.safe_load_all(runtime))
+    spec = docs[0]["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    spec["hostNetwork"] = True
+    spec["containers"][0]["command"] = ["torchrun", "t.py"]
+    return yaml.safe_dump_all(docs)
+
+
+def test_a_runtime_alone_is_previewed_as_a_trainjob_of_its_defaults(tmp_path: Path) -> None:
+    """Issue 53: a ClusterTrainingRuntime alone said "no pods to preview" and was named nowhere;
+    `mutate` printed `items: []`."""
+    f = tmp_path / "runtime.yaml"
+    f.write_text(_runtime_alone())
+    out = run_cli("explain", "-f", str(f))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (
+        "ClusterTrainingRuntime/torch-distributed (no TrainJob uses it: shown as one of its defaults)"
+        in out.stdout
+    )
+    assert "torch-distributed-node-0-0-" in out.stdout, out.stdout
+    listed = yaml.safe_load(run_cli("mutate", "-f", str(f)).stdout)
+    assert [p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] for p in listed["items"]] == ["torch-distributed"]
+
+
+def test_a_runtime_a_trainjob_of_the_file_uses_is_named_with_it(tmp_path: Path) -> None:
+    f = tmp_path / "trainjob.yaml"
+    job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "tj"},
+           "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 2}}}  # fmt: skip
+    f.write_text(_runtime_alone() + "---\n" + yaml.safe_dump(job))
+    out = run_cli("explain", "-f", str(f))
+    assert "ClusterTrainingRuntime/torch-distributed: runtime of TrainJob tj (no pods of its own)" in out.stdout
+    assert "no TrainJob uses it" not in out.stdout, out.stdout
+
+
+ONE_POD_REPLICATED_JOB = """
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: js, namespace: ml}
+spec:
+  replicatedJobs:
+    - name: prep
+      replicas: 1
+      template:
+        spec:
+          parallelism: 1
+          completions: 1
+          template:
+            spec:
+              hostNetwork: true
+              restartPolicy: Never
+              containers: [{name: c, image: pytorch, command: [torchrun, t.py]}]
+    - name: init
+      replicas: 1
+      template:
+        spec:
+          template:
+            spec:
+              hostNetwork: true
+              restartPolicy: Never
+              containers: [{name: c, image: pytorch-initializer, env: [{name: TORCHELASTIC_RUN_ID, value: x}]}]
+    - name: node
+      replicas: 1
+      template:
+        spec:
+          parallelism: 2
+          completions: 2
+          template:
+            spec:
+              hostNetwork: true
+              restartPolicy: Never
+              containers: [{name: c, image: pytorch, command: [torchrun, t.py]}]
+"""
+
+
+def test_node_count_warnings_follow_the_pods_the_preview_counted() -> None:
+    """Issue 53: a one-pod job (a TrainJob's initializer, a JobSet's one-pod replicated job) was
+    told "this pod is one of a jobset job's several". The preview counts each replicated job's
+    pods: a pod alone in its job is told why the wrapper still refuses a torchrun without
+    --nnodes (the webhook cannot count at admission); one of several is warned as before."""
+    rows = rows_of(list(yaml.safe_load_all(ONE_POD_REPLICATED_JOB)))
+    by_job = {r.pod.split("-")[1]: r for r in rows}
+    assert "this pod is its job's only one here" in by_job["prep"].refusal, by_job["prep"].refusal
+    assert "several" not in " ".join(by_job["prep"].warnings) + by_job["prep"].refusal
+    assert not [w for w in by_job["init"].warnings if "--nnodes not given" in w], by_job["init"].warnings
+    node = [r for r in rows if "-node-" in r.pod]
+    assert len(node) == 2 and all("one of a jobset job's several" in r.refusal for r in node), [r.refusal for r in node]

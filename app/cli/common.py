@@ -96,7 +96,8 @@ def add_preview_args(parser: Any) -> None:
     """What a preview of job files is computed against: the installed webhook or a config."""
     parser.add_argument("-f", "--file", action="append", default=[],
                         help="what you apply (YAML or JSON, several documents, - for stdin): a Pod, Job, StatefulSet, "
-                             "Deployment, ReplicaSet, DaemonSet, JobSet, LeaderWorkerSet, PyTorchJob, TrainJob (+ its runtime), Volcano Job; repeatable")  # fmt: skip
+                             "Deployment, ReplicaSet, DaemonSet, JobSet, LeaderWorkerSet, PyTorchJob, MPIJob (v2beta1), TrainJob (+ its "
+                             "runtime) or a runtime alone, Volcano Job, AppWrapper; other kinds are named; repeatable")  # fmt: skip
     parser.add_argument("--config", help="the chart's config: block, a values file, or the webhook's config file "
                                          "(default: the chart's defaults, as a default install)")  # fmt: skip
     parser.add_argument("--kube-version", default=None, type=_kube_version,
@@ -221,6 +222,10 @@ def without_pods(others: list[Any]) -> tuple[list[str], int]:
     from app import preview
 
     lines = [f"{ex.source}: {ex.note}" for ex in others if ex.unexpanded]
+    # A runtime is named with the TrainJob it serves (one no TrainJob uses has pod rows).
+    lines += [
+        f"{ex.source}: {ex.note}" for ex in others if not ex.unexpanded and ex.note.startswith("runtime of TrainJob")
+    ]
     plain = [ex.source for ex in others if not ex.unexpanded and ex.note == "not a workload: no pods"]
     if plain:
         lines.append(f"not workloads (no pods): {', '.join(plain)}")

@@ -1,13 +1,16 @@
 """`hostnet-rdma explain POD | -f FILE`: why a pod was, or would be, mutated or not, and what its
 wrapper will decide. A live pod or a single Pod file: step by step, from the namespace label to
 what the webhook decided. A job file (any launcher): one row per pod its controller creates
-(local address, endpoint, store host, node count) and every warning.
+(local address, endpoint, store host, node count) and every warning. What the file runs but does
+not hold (a script in the image, an image entrypoint) is named as decided at run time; a
+(Cluster)TrainingRuntime alone is shown as a TrainJob of its defaults; kinds that make workloads
+the preview does not expand (Argo, CronJob, Ray, Kubeflow Pipelines) are named, exit 4.
 
 Exit codes: 0 every pod is mutated and its wrapper would start; 1 a pod's wrapper would refuse
 to start, a pod would be left unchanged as one the webhook cannot handle safely (not: a pod that
 is no training pod, or opted out), or a job's pods would not host exactly one rendezvous
 store; 2 bad input or a cluster that cannot be read; 3 a pod would not be sent to the webhook;
-4 the file holds a workload the preview cannot expand into pods; 141 the reader closed the pipe."""
+4 the file holds a workload the preview cannot expand into pods (named); 141 the reader closed the pipe."""
 
 from __future__ import annotations
 

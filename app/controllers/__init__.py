@@ -31,6 +31,24 @@ EXPANDERS: dict[tuple[str, str], Callable[[Obj], list[Obj]]] = {
     ("batch.volcano.sh", "Job"): volcano.job,
 }
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+# Kinds whose controllers make workloads or pods that the preview does not expand, with what a
+# user can do instead. Named by kind, not by shape: an Argo template's `container:` is no pod
+# spec, and a `resource:` template holds its workload as a string.
+HOLDERS: dict[tuple[str, str], str] = {
+    ("argoproj.io", "Workflow"): "its steps' pods and the workloads its resource templates create",
+    ("argoproj.io", "WorkflowTemplate"): "the pods and workloads of the Workflows that use it",
+    ("argoproj.io", "ClusterWorkflowTemplate"): "the pods and workloads of the Workflows that use it",
+    ("argoproj.io", "CronWorkflow"): "the pods and workloads of the Workflows it starts",
+    ("batch", "CronJob"): (
+        "the Jobs it starts (preview one with `kubectl create job NAME --from=cronjob/CRONJOB --dry-run=server -o yaml`)"
+    ),
+    ("ray.io", "RayJob"): "its Ray cluster's head and worker pods and its submitter",
+    ("ray.io", "RayCluster"): "its head and worker pods",
+    ("ray.io", "RayService"): "its Ray cluster's head and worker pods",
+    ("pipelines.kubeflow.org", "Pipeline"): "the pods of its runs",
+    ("pipelines.kubeflow.org", "PipelineVersion"): "the pods of its runs",
+    ("kubeflow.org", "ScheduledWorkflow"): "the pods of the pipeline runs it starts",
+}
 SUPPORTED = (
     "Pod, Job, StatefulSet, Deployment, ReplicaSet, DaemonSet (one pod shown), JobSet, LeaderWorkerSet, PyTorchJob, "
     "MPIJob (v2beta1), TrainJob, Volcano Job, AppWrapper (of these)"
@@ -76,10 +94,19 @@ def expand(
         name = str(meta.get("name") or meta.get("generateName") or "")
         obj = {**obj, "metadata": {**meta, "namespace": meta.get("namespace") or namespace}}
         if kind in RUNTIME_KINDS:
-            out.append(Expansion(f"{kind}/{name}", note="no pods (the runtime of TrainJobs)"))
+            out.append(_runtime(obj, kind, name, objects, runtimes))
+            continue
+        if not kind and "pipelineInfo" in obj and "deploymentSpec" in obj:
+            out.append(Expansion("Kubeflow Pipelines pipeline spec", unexpanded=True,
+                                 note="its components' pods are made when a run starts: not previewed"))  # fmt: skip
             continue
         if not kind:
             raise ExpandError("an object without kind")
+        if (group_of(obj), kind) in HOLDERS:
+            what = HOLDERS[(group_of(obj), kind)]
+            out.append(Expansion(f"{kind}/{name}", unexpanded=True,
+                                 note=f"{what}: not previewed (the preview expands {SUPPORTED})"))  # fmt: skip
+            continue
 
         def one(o: Obj) -> list[Obj] | None:
             """o's pods; [] for an object that is no workload, None for one we cannot expand."""
@@ -108,6 +135,26 @@ def expand(
             out.append(Expansion(f"{kind}/{name}", pods, configmaps=made))
     pod_count(sum(len(ex.pods) for ex in out), "the file")
     return out
+
+
+def _runtime(obj: Obj, kind: str, name: str, objects: Sequence[Obj], runtimes: dict[tuple[str, str], Obj]) -> Expansion:
+    """A (Cluster)TrainingRuntime has no pods of its own. One that no TrainJob of the file names
+    is previewed as a TrainJob named after it, of the runtime's own defaults, would be."""
+    users = [
+        str((o.get("metadata") or {}).get("name"))
+        for o in objects
+        if isinstance(o, dict) and (group_of(o), o.get("kind")) == ("trainer.kubeflow.org", "TrainJob")
+        and ((o.get("spec") or {}).get("runtimeRef") or {}).get("name") == name
+        and ((o.get("spec") or {}).get("runtimeRef") or {}).get("kind", "ClusterTrainingRuntime") == kind
+    ]  # fmt: skip
+    if users:
+        return Expansion(f"{kind}/{name}", note=f"runtime of TrainJob {', '.join(users)} (no pods of its own)")
+    ref = {"apiGroup": "trainer.kubeflow.org", "kind": kind, "name": name}
+    job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+           "metadata": {"name": name, "namespace": obj["metadata"]["namespace"]}, "spec": {"runtimeRef": ref}}  # fmt: skip
+    # The source says it: rows carry it to every output (table, JSON, mutate's comments).
+    return Expansion(f"{kind}/{name} (no TrainJob uses it: shown as one of its defaults)",
+                     trainer.trainjob(job, runtimes, None))  # fmt: skip
 
 
 def _holds_pod_template(value: object, depth: int = 0) -> bool:

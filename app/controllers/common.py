@@ -4,6 +4,7 @@ references, placeholder uids, the strategic merge that runtime patches use."""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 Obj = dict[str, Any]
@@ -57,11 +58,19 @@ def path(obj: Obj, *keys: str, kind: str = "") -> Obj:
 MAX_COUNT = 10_000
 
 
+_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_]|__[A-Z0-9_]+__|\{\{|PLACEHOLDER")
+
+
 def integer(value: Any, default: int, what: str, limit: int = MAX_COUNT) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ExpandError(f"{what} is not a count: {value!r}")
+        hint = ""
+        if isinstance(value, str) and _PLACEHOLDER.search(value):  # `$N`, `${N}`, `__N__`, `{{ n }}`, `PLACEHOLDER_N`
+            hint = (
+                ": a template's placeholder? Fill the template in (envsubst, sed, helm template) and preview the result"
+            )
+        raise ExpandError(f"{what} is not a count: {value!r}{hint}")
     if value > limit:
         raise ExpandError(f"{what} is {value}: over the {limit} the preview expands")
     return value

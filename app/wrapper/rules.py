@@ -656,9 +656,12 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
     return argv.args, plan
 
 
+NNODES_NOT_GIVEN = "--nnodes not given"
+
+
 def _nnodes_unknown(env: Mapping[str, str]) -> str:
     return (
-        f"--nnodes not given: this pod is one of a {env.get(ENV_LAUNCHER) or 'multi-pod'} job's several, and "
+        f"{NNODES_NOT_GIVEN}: this pod is one of a {env.get(ENV_LAUNCHER) or 'multi-pod'} job's several, and "
         f"torchrun's default (1 node) would train it alone. Pass --nnodes=N or annotate the pod template "
         f'{ANN_NNODES}: "N"'
     )
