@@ -518,10 +518,7 @@ def test_a_runtime_alone_is_previewed_as_a_trainjob_of_its_defaults(tmp_path: Pa
     f.write_text(_runtime_alone())
     out = run_cli("explain", "-f", str(f))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert (
-        "ClusterTrainingRuntime/torch-distributed (no TrainJob uses it: shown as one of its defaults)"
-        in out.stdout
-    )
+    assert "ClusterTrainingRuntime/torch-distributed (no TrainJob uses it: shown as one of its defaults)" in out.stdout
     assert "torch-distributed-node-0-0-" in out.stdout, out.stdout
     listed = yaml.safe_load(run_cli("mutate", "-f", str(f)).stdout)
     assert [p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] for p in listed["items"]] == ["torch-distributed"]
