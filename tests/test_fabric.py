@@ -389,3 +389,49 @@ def test_require_rdma_never_stops_a_plugin_network_and_errors_get_their_cause(tm
     said, term, rc = watch("nccl-tests-252-ib-wc-error4.log", {"NCCL_DEBUG": "WARN"})
     assert "NCCL RDMA completion error: completion status 4 (local protection error)" in said, said
     assert "ACS" in said and term.startswith("hostnet-rdma: warning: NCCL RDMA completion error") and rc == -9
+
+
+def test_require_rdma_never_stops_a_job_within_one_node(tmp_path: Path) -> None:
+    """NCCL names a network, Socket too, even where every communicator stays within the node
+    (tests/nccl-corpus/: a GKE a3-high 8-GPU run, NCCL 2.22.3, `Using network Socket`, every
+    channel P2P): requireRdma must not stop it. A job whose first communicator is within the node
+    and a later one spans nodes over sockets is stopped once that one is up."""
+    corpus = Path(__file__).parent / "nccl-corpus"
+    name = "gke-a3high-single-node-8gpu-healthy-nccl2-22.log"
+    lines = [ln for ln in (corpus / name).read_text().splitlines()[1:] if " NCCL " in ln]
+    require = {"NCCL_DEBUG": "WARN", "HOSTNET_RDMA_REQUIRE_RDMA": "1"}
+    said, _, rc = _watch(tmp_path / "one", name, require, "\n".join(lines) + "\n")
+    assert "hostnet-rdma: transport=Socket" in said and "error" not in said and rc == -9, said
+    # A tensor-parallel group within the node first, then the data-parallel one across nodes.
+    local = (
+        "n0:1:1 [0] NCCL INFO Using network Socket\n"
+        "n0:1:1 [0] NCCL INFO comm 0xa rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0\n"
+        "n0:1:1 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 8 cudaDev 0 busId 1000 commId 0x1 - Init COMPLETE\n"
+    )
+    across = (
+        "n0:1:1 [0] NCCL INFO comm 0xb rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0\n"
+        "n0:1:1 [0] NCCL INFO ncclCommInitRank comm 0xb rank 0 nranks 16 cudaDev 0 busId 1000 commId 0x2 - Init COMPLETE\n"
+    )
+    import threading
+    import time
+
+    from app.wrapper import torchrun as w
+
+    d = tmp_path / "two" / "nccl"
+    d.mkdir(parents=True)
+    import io
+    import subprocess
+
+    parent = subprocess.Popen(["sleep", "30"])
+    out = io.StringIO()
+    t = threading.Thread(target=w.watch_transport, args=(str(d), require, parent.pid, lambda: parent.poll() is None,
+                                                          0.05, out), daemon=True)  # fmt: skip
+    t.start()
+    (d / "nccl.n0.1.log").write_text(local)
+    time.sleep(0.5)
+    assert parent.poll() is None and "transport=Socket" in out.getvalue(), out.getvalue()  # within the node: kept
+    with open(d / "nccl.n0.1.log", "a") as f:
+        f.write(across)
+    assert parent.wait(timeout=5) == -15, out.getvalue()  # the job's nodes talk over sockets: stopped
+    t.join(timeout=5)
+    assert "error: NCCL uses Socket, not RDMA" in out.getvalue()

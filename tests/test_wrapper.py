@@ -502,9 +502,10 @@ def test_wrapper_is_python_3_8_grammar_before_and_after_minifying() -> None:
     # unacknowledged bytes), pathprobe.py; 29,460 with the socket pinning of programs that start
     # torch.distributed without torchrun (MASTER_ADDR, PET_MASTER_ADDR, LWS_LEADER_ADDRESS); 37,040
     # with the NCCL log reader (nccllog.py: every network plugin's name, the errors users meet with
-    # their causes, which the wrapper's lines and termination message carry). The default delivery
+    # their causes, which the wrapper's lines and termination message carry); 37,630 with
+    # requireRdma waiting for a communicator that spans nodes (nNodes). The default delivery
     # carries none of it.
-    assert len(payload()) < 37_500
+    assert len(payload()) < 38_000
 
 
 def test_minified_wrapper_behaves_like_the_source(tmp_path: Path) -> None:

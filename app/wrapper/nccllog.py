@@ -82,6 +82,7 @@ _NO_LIBIBVERBS = re.compile(
 # find: libnccl-net.so"): only news when the NICs need one.
 _NO_PLUGIN = re.compile(r"NET/Plugin ?: (?:No plugin found|Could not find:? ?libnccl-net)")
 # param.cc / env: "%s set by environment to %s": sockets chosen by the user.
+_NNODES = re.compile(r" nRanks \d+ nNodes (\d+) ")
 _SOCKETS_CHOSEN = re.compile(r"NCCL_IB_DISABLE set by environment to 1\b|NCCL_NET set by environment to Socket\b")
 # init.cc: "ncclCommInitRank comm 0x... rank %d nranks %d cudaDev %d ... commId 0x%llx - Init START",
 # then "... - Init COMPLETE" (2.14+).
@@ -429,6 +430,9 @@ class Transport:
         self.channels = len(net_channels)
         self.gdrdma = sum(1 for _, flags in net_channels if "/GDRDMA" in flags)
         self.local_channels = local
+        # "comm … nRanks 16 nNodes 2 localRanks 8" (NCCL 2.19+, init.cc): the most nodes any
+        # communicator of the log spans; 0 where no such line is there.
+        self.nodes = max((int(n) for n in _NNODES.findall(text)), default=0)
         self.sockets_chosen = bool(_SOCKETS_CHOSEN.search(text))
         retry = _RETRY_TEXT.search(text) or next(
             (m for m in _COMPLETION.finditer(text) if m.group("status") == str(RETRY_EXC)), None)  # fmt: skip
@@ -478,13 +482,26 @@ class Transport:
 
     @property
     def fallback(self) -> bool:
-        """NCCL moves this job's data over its TCP sockets (what requireRdma stops)."""
+        """NCCL's network is its TCP sockets (what verify names a fallback)."""
         return self.net_class == SOCKET
 
     @property
     def single_node(self) -> bool:
         """Every channel within the node (P2P, SHM, NVLS): the network carried none of the data."""
         return self.channels == 0 and self.local_channels > 0 and not self.from_wrapper
+
+    @property
+    def within_node(self) -> bool:
+        """Every communicator so far within the node (NCCL says nNodes 1, or every channel is):
+        NCCL names a network, Socket too, that carries none of the data."""
+        if self.channels or self.from_wrapper:
+            return False
+        return self.nodes == 1 or (self.nodes == 0 and self.local_channels > 0)
+
+    @property
+    def socket_traffic(self) -> bool:
+        """NCCL moves data between nodes over its sockets: what requireRdma stops."""
+        return self.fallback and not self.within_node
 
     def line(self, hca: str) -> str:
         """The wrapper's one line (`hostnet-rdma verify` reads it): transport, HCAs against
@@ -506,6 +523,7 @@ def wanted(line: str) -> bool:
         or "NET/" in line
         or "via " in line
         or "Init COMPLETE" in line
+        or " nNodes " in line
         or "set by environment" in line
         or "libibverbs" in line
     )

@@ -668,6 +668,9 @@ def watch_transport(
     told: Dict[str, None] = {}  # the kinds of NCCL error already said
     cause_said = False
     require = env.get(rules.ENV_REQUIRE_RDMA) == "1"
+    # requireRdma decides once a communicator spans nodes: one within a node names a network
+    # (Socket too) that carries nothing, and a job's first communicator may be such a one.
+    judged = not require
     stall = Stall(rules.stall_seconds(env))
     while True:
         running = alive()
@@ -693,22 +696,25 @@ def watch_transport(
                     fresh.append(line)
                 if "Init " in line or " Using " in line:
                     stall.read(name, line, now)
-        t = nccllog.Transport("\n".join(kept)) if not said else None
+        t = nccllog.Transport("\n".join(kept)) if not said or (not judged and fresh) else None
         if t is not None and t.ready:
-            said = True
-            said_line = t.line(env.get("NCCL_IB_HCA", ""))
-            out.write(f"{PREFIX}: {said_line}\n")
-            if require and t.fallback:
-                message = (f"{PREFIX}: error: NCCL uses {t.network or 'no network'}, not RDMA, and {rules.ENV_REQUIRE_RDMA} "
-                           f"says to stop rather than train at socket speed ({said_line}). " + _see("NCCL uses sockets, or no GDRDMA"))  # fmt: skip
-                out.write(message + "\n")
-                termination_message(message, env)
-                os.kill(parent, signal.SIGTERM)
-            else:
-                if require and t.net_class == nccllog.UNKNOWN:
+            if not said:
+                said = True
+                said_line = t.line(env.get("NCCL_IB_HCA", ""))
+                out.write(f"{PREFIX}: {said_line}\n")
+                termination_message(f"{PREFIX}: {said_line}", env)
+            if not judged and (t.socket_traffic or not t.within_node):
+                judged = True
+                if t.socket_traffic:
+                    message = (f"{PREFIX}: error: NCCL uses {t.network or 'no network'}, not RDMA, and "
+                               f"{rules.ENV_REQUIRE_RDMA} says to stop rather than train at socket speed "
+                               f"({t.line(env.get('NCCL_IB_HCA', ''))}). " + _see("NCCL uses sockets, or no GDRDMA"))  # fmt: skip
+                    out.write(message + "\n")
+                    termination_message(message, env)
+                    os.kill(parent, signal.SIGTERM)
+                elif t.net_class == nccllog.UNKNOWN:
                     out.write(f"{PREFIX}: warning: NCCL uses network {t.network}, which hostnet-rdma does not know: "
                               f"{rules.ENV_REQUIRE_RDMA} does not stop the job\n")  # fmt: skip
-                termination_message(f"{PREFIX}: {said_line}", env)
         for problem in nccllog.problems("\n".join(fresh)) if fresh and len(told) < len(nccllog.TITLES) else []:
             if problem.kind in told:
                 continue
