@@ -45,3 +45,14 @@ def test_the_webhooks_store_port_is_not_the_controllers() -> None:
     assert held_to(saved["objects"], saved["pods"], saved["runtimes"]) == []
     c["ports"].append({"containerPort": 8080})
     assert any("ports" in d and "8080" in d for d in held_to(saved["objects"], saved["pods"], saved["runtimes"]))
+
+
+def test_a_runtime_the_job_does_not_use_is_not_previewed() -> None:
+    """The cluster holds other runtimes (another test's ClusterTrainingRuntime): they are looked
+    up by the TrainJob's runtimeRef, never previewed as TrainJobs of their own defaults (CI's
+    failure: `torch-distributed-rdma-node-0-0-: no such real pod`)."""
+    saved = json.loads((READBACK / "trainjob.json").read_text())
+    (runtime,) = saved["runtimes"]
+    other = {**runtime, "kind": "ClusterTrainingRuntime",
+             "metadata": {"name": "torch-distributed-rdma"}}  # fmt: skip
+    assert held_to(saved["objects"], saved["pods"], [other, runtime]) == []

@@ -113,7 +113,15 @@ def held_to(objects: list[Obj], real_pods: list[Obj], runtimes: list[Obj] | None
     """Every difference between the preview of `objects` (as stored: with their uids) and the
     real pods, matched by name (or generateName); [] when they agree."""
     namespace = objects[0]["metadata"].get("namespace", "default")
-    expected = [p for ex in expand([*objects, *(runtimes or [])], namespace) for p in ex.pods]
+    known = {(str(r.get("kind")), str(r["metadata"].get("namespace") or ""), str(r["metadata"]["name"])): r
+             for r in runtimes or []}  # fmt: skip
+
+    def runtime_of(kind: str, ns: str, name: str) -> Obj | None:
+        # Found as `explain --from-cluster` finds them: looked up by the TrainJob's runtimeRef,
+        # never previewed themselves (a runtime no TrainJob of `objects` uses would be).
+        return known.get((kind, "" if kind == "ClusterTrainingRuntime" else ns, name))
+
+    expected = [p for ex in expand(objects, namespace, runtime_of) for p in ex.pods]
     by_key: dict[str, Obj] = {}
     for p in real_pods:
         by_key.setdefault(str(p["metadata"].get("generateName") or p["metadata"]["name"]), p)
