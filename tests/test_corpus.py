@@ -61,6 +61,8 @@ VERDICTS = {
     "allocators/netop-hostdev-pod": "none",
     "allocators/netop-rdma-shared-device-gpu-pod": "entrypoint",
     "allocators/netop-sriov-legacy-pod": "none",
+    "allocators/sriov-dp-intel-pod": "none",
+    "allocators/sriov-dp-openshift-testpmd-pod": "entrypoint",
     "argo/volcano-argo-mpi-hello-world": "unexpanded",
     "jobset/gke-a4x-max-nccl-jobset": "script",
     "other/gke-tcpxo-nccl-test-pods": "script",
@@ -209,6 +211,8 @@ ALLOCATED = {
     "allocators/netop-hostdev-pod": "host-device plugin (nvidia.com/hostdev)",
     "allocators/netop-rdma-shared-device-gpu-pod": "RDMA shared device plugin (rdma/rdma_shared_device_a)",
     "allocators/netop-sriov-legacy-pod": "(nvidia.com/sriovlegacy)",
+    "allocators/sriov-dp-intel-pod": "SR-IOV network device plugin (its default prefix) (intel.com/sriov)",
+    "allocators/sriov-dp-openshift-testpmd-pod": "OpenShift's SR-IOV network device plugin (openshift.io/",
     "jobset/gke-a4x-max-nccl-jobset": "a DRA resource claim (compute-domain-channel, rdma)",
     "training-operator/aws-fsdp-llama3-2-1b-envsubst": "AWS EFA device plugin (vpc.amazonaws.com/efa)",
     "volcano/nebius-nccl-test-pytorch": "",  # its own /dev/infiniband hostPath, no allocator
