@@ -97,5 +97,5 @@ def explain(
     for step, why in result.skipped.items():
         steps.append(Step(True, f"would skip {step}: {why}"))
     for w in result.warnings:
-        steps.append(Step(False, f"warning: {w}"))
+        steps.append(Step(False, f"warning: {w.text}"))
     return steps

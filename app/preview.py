@@ -17,7 +17,7 @@ from typing import Any
 
 from app import shellread
 from app.controllers import Expansion
-from app.core import InvalidPod, Params, UnsupportedPod, mutate, names, selection, wrap
+from app.core import InvalidPod, Params, UnsupportedPod, mutate, names, reasons, selection, wrap
 from app.core.mutate import Result
 from app.wrapper import rules
 
@@ -43,7 +43,7 @@ class Row:
     nnodes: str = ""
     reason: str = ""  # not sent, or left unchanged: why
     refusal: str = ""  # why the wrapper would refuse to start
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the core's texts, then the preview's own
     result: Result | None = None  # the core's, when the pod was sent
 
 
@@ -295,9 +295,9 @@ def rows(
         for pod in ex.pods:
             namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
             row = Row(ex.source, _pod_name(pod), sent=False, mutated=False, pod_after=pod, before=pod)
-            reasons = selection.not_sent(selectors, pod, namespace, namespace_labels)
-            if reasons:
-                row.reason = "not sent to the webhook: " + "; ".join(reasons)
+            why = selection.not_sent(selectors, pod, namespace, namespace_labels)
+            if why:
+                row.reason = "not sent to the webhook: " + "; ".join(why)
                 out.append(row)
                 continue
             row.sent = True
@@ -308,7 +308,8 @@ def rows(
                 row.reason = f"left unchanged: {e}"
                 out.append(row)
                 continue
-            row.result, row.pod_after, row.mutated, row.warnings = result, result.pod, result.changed, result.warnings
+            row.result, row.pod_after, row.mutated = result, result.pod, result.changed
+            row.warnings = [w.text for w in result.warnings]
             if result.info is None:
                 row.reason = f"left unchanged: {result.reason}"
             else:
@@ -341,26 +342,21 @@ def _alone(rows: list[Row]) -> None:
         )
         if rules.NNODES_NOT_GIVEN in r.refusal:
             r.refusal = said
+        core = r.result.warnings if r.result is not None else []
         kept = []
-        for w in r.warnings:
-            if rules.NNODES_NOT_GIVEN not in w:
-                kept.append(w)
-            elif _WILL_REFUSE in w:
-                kept.append(w.split(_WILL_REFUSE, 1)[0] + _WILL_REFUSE + said)
-        r.warnings = kept
-
-
-_WILL_REFUSE = ": wrapper will refuse: "
+        for w in core:
+            if w.reason != reasons.NODE_COUNT_UNKNOWN:
+                kept.append(w.text)
+            elif w.refusal:  # the wrapper's refusal, told as the preview counted
+                kept.append(w.text[: len(w.text) - len(w.refusal)] + said)
+        r.warnings = kept + r.warnings[len(core) :]  # then the preview's own
 
 
 def _admission_refusal(result: Result) -> str:
     """What admission already knows the wrapper will refuse (its warning, and the status
     annotation's problems), for a row whose run-time decision the preview could not compute (a
     `$(...)` in the command): the table's notes and the exit code say it too."""
-    for warning in result.warnings:
-        if _WILL_REFUSE in warning:
-            return warning.split(_WILL_REFUSE, 1)[1]
-    return ""
+    return next((w.refusal for w in result.warnings if w.refusal), "")
 
 
 def store_problems(rows: list[Row]) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any, Literal, TypedDict
 import orjson
 
 from app import __version__, events
-from app.core import InjectConfig, InvalidPod, Params, UnsupportedPod, mutate, patch
+from app.core import InjectConfig, InvalidPod, Params, UnsupportedPod, Warned, mutate, patch, reasons
 from app.core.mutate import Result
 from app.core.names import STATUS_ANNOTATION
 from app.wrapper import payload
@@ -56,7 +56,7 @@ class ReviewResult:
     uid: str = ""
     namespace: str = ""
     name: str = ""
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Warned] = field(default_factory=list)
     # For an Event on the pod's job (app.events); None on dry runs, re-admissions of a pod we
     # already mutated, and pods that no job owns.
     admission: events.Admission | None = None
@@ -70,7 +70,7 @@ class ReviewResult:
         uid: str = "",
         namespace: str = "",
         name: str = "",
-        warnings: list[str] | None = None,
+        warnings: list[Warned] | None = None,
         admission: events.Admission | None = None,
     ) -> None:
         self.body = body
@@ -89,7 +89,7 @@ def _warning(text: str) -> str:
 
 
 def build_response(
-    uid: str, ops: list[dict[str, Any]] | bytes | None = None, warnings: list[str] | None = None
+    uid: str, ops: list[dict[str, Any]] | bytes | None = None, warnings: list[Warned] | None = None
 ) -> bytes:
     """The one place that copies the UID and serialises the patch (`ops` may come encoded)."""
     response: AdmissionResponse = {"uid": uid, "allowed": True}
@@ -99,7 +99,7 @@ def build_response(
         # base64.b64encode without its Python frame
         response["patch"] = binascii.b2a_base64(encoded, newline=False).decode("ascii")
     if warnings:
-        response["warnings"] = [_warning(w) for w in warnings]
+        response["warnings"] = [_warning(w.text) for w in warnings]
     return orjson.dumps({"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response})
 
 
@@ -136,12 +136,16 @@ def answer(body: bytes, params: Params) -> ReviewResult:
     except BadReview:
         raise
     except Exception as e:  # never a traceback to the API server; the pod goes through unchanged
-        msg = f"pod left unchanged: internal error ({type(e).__name__}); please report it"
+        msg = [
+            Warned(
+                reasons.POD_LEFT_UNCHANGED, f"pod left unchanged: internal error ({type(e).__name__}); please report it"
+            )
+        ]
         obj = request.get("object")
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         meta = meta if isinstance(meta, dict) else {}
         return ReviewResult(
-            build_response(uid, warnings=[msg]), "error", uid=uid, warnings=[msg],
+            build_response(uid, warnings=msg), "error", uid=uid, warnings=msg,
             namespace=str(request.get("namespace") or ""), name=str(meta.get("name") or meta.get("generateName") or ""),
         )  # fmt: skip
 
@@ -188,14 +192,14 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     try:
         result: Result = mutate(pod, params)
     except (InvalidPod, UnsupportedPod) as e:
-        msg = f"pod left unchanged: {e}"
+        msg = [Warned(reasons.POD_LEFT_UNCHANGED, f"pod left unchanged: {e}")]
         told = (
-            events.admission(meta, namespace or params.namespace, "", params.version, False, (), "", (msg,))
+            events.admission(meta, namespace or params.namespace, "", params.version, False, (), "", msg)
             if first
             else None
         )
         return ReviewResult(
-            build_response(uid, warnings=[msg]), "unsupported", uid=uid, namespace=namespace, name=name, warnings=[msg],
+            build_response(uid, warnings=msg), "unsupported", uid=uid, namespace=namespace, name=name, warnings=msg,
             admission=told,
         )  # fmt: skip
     launcher = result.info.launcher if result.info else ""
@@ -219,11 +223,11 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     encoded = orjson.dumps(ops)  # once: for the bound and for the answer
     size = len(encoded)
     if size > params.config.max_patch_bytes:
-        msg = (f"pod left unchanged: its patch would be {size} bytes, over the bound of "
-               f"{params.config.max_patch_bytes} (config limits.maxPatchBytes)")  # fmt: skip
+        msg = [Warned(reasons.POD_LEFT_UNCHANGED, f"pod left unchanged: its patch would be {size} bytes, over the "
+                      f"bound of {params.config.max_patch_bytes} (config limits.maxPatchBytes)")]  # fmt: skip
         if told is not None:  # what was recorded as done was not: only this warning
-            told = told._replace(mutated=False, applied=(), warnings=(msg,))
-        return ReviewResult(build_response(uid, warnings=[msg]), "unsupported", launcher, uid, namespace, name, [msg],
+            told = told._replace(mutated=False, applied=(), reasons=(reasons.POD_LEFT_UNCHANGED,))
+        return ReviewResult(build_response(uid, warnings=msg), "unsupported", launcher, uid, namespace, name, msg,
                             told)  # fmt: skip
     return ReviewResult(
         build_response(uid, encoded, result.warnings), "mutated", launcher, uid, namespace, name, result.warnings, told

@@ -104,7 +104,7 @@ def test_a_name_the_webhook_adds_taken_by_the_user_leaves_the_pod_unchanged(chan
     # Through the review: allowed, unchanged, the warning says why (and the Event says it too).
     body = review_body(p)
     result = review.answer(body, Params(config=INIT, namespace="ns", wrapper_payload="x"))
-    assert result.outcome == "unsupported" and message in result.warnings[0]
+    assert result.outcome == "unsupported" and message in result.warnings[0].text
     assert b'"patch"' not in result.body
 
 
@@ -183,16 +183,16 @@ def test_a_large_script_is_not_analysed_and_the_review_stays_cheap() -> None:
 
     normal, big = body(script_pod(200)), body(script_pod(1 << 20))
     warnings = mutate(script_pod(1 << 20), params).warnings
-    assert any(f"over the {wrap.MAX_ANALYSED_SCRIPT} analysed at admission" in w for w in warnings), warnings
+    assert any(f"over the {wrap.MAX_ANALYSED_SCRIPT} analysed at admission" in w.text for w in warnings), warnings
     # Its patch would carry the script again (the wrapped command): over maxPatchBytes, so the
     # pod goes through unchanged, as the rules say for any pod that large.
     result = review.answer(big, params)
-    assert result.outcome == "unsupported" and "maxPatchBytes" in result.warnings[0], result.warnings
+    assert result.outcome == "unsupported" and "maxPatchBytes" in result.warnings[0].text, result.warnings
     small_cost, big_cost = cost(normal), cost(big)
     print(f"\nreview: normal {small_cost * 1e3:.2f} ms, 1 MiB script {big_cost * 1e3:.2f} ms")
     assert big_cost < max(20 * small_cost, 0.02), (small_cost, big_cost)
     # Under the bound, analysed as before: its endpoint is checked at admission.
-    assert not any("analysed at admission" in w for w in mutate(script_pod(60_000), params).warnings)
+    assert not any("analysed at admission" in w.text for w in mutate(script_pod(60_000), params).warnings)
 
 
 OLD_TORCHRUN = __import__("re").compile(r"(^|[\s/;&|(`\"'])torchrun($|[\s;&|)`\"'])")

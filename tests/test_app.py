@@ -58,7 +58,7 @@ def test_every_golden_pod_is_answered_with_the_cores_patch(case: Path) -> None:
     assert len(got_warnings) == len(want.warnings)
     for got, w in zip(got_warnings, want.warnings, strict=True):
         assert got.startswith("hostnet-rdma: ") and len(got) <= 240
-        assert " ".join(w.split()).startswith(got.removeprefix("hostnet-rdma: ").removesuffix("..."))
+        assert " ".join(w.text.split()).startswith(got.removeprefix("hostnet-rdma: ").removesuffix("..."))
     if "patch" not in resp:
         assert not want.changed
         return

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from app import events
-from app.core import InjectConfig, Params, mutate
+from app.core import InjectConfig, Params, Warned, mutate, reasons
 from app.review import answer
 from app.server import create_app
 from app.settings import ServerSettings
@@ -61,18 +61,30 @@ def test_a_pod_no_job_owns_gets_no_event() -> None:
 
 
 def test_every_warning_of_the_goldens_has_a_reason_of_its_own() -> None:
-    """Reasons are what users filter on; the generic fallback is for warnings added later."""
+    """Reasons are what users filter on: each warning is made with one (app.core.reasons), never
+    read back from its text; the generic one is for a command too long to read."""
     seen: dict[str, str] = {}
     for case in CASES:
         pod = yaml.safe_load(case.read_text())
         for w in mutate(pod, PARAMS).warnings:
-            reason = events.reason_of(w)
-            assert reason != events.FALLBACK_REASON, w
-            seen.setdefault(reason, w)
+            assert w.reason in events.REASONS and w.reason != reasons.GENERAL, w
+            seen.setdefault(w.reason, w.text)
     assert {"NodeCountUnknown", "EndpointNamesNoPod", "TorchrunNotWrapped", "ShmCappedByMemoryLimit",
             "MPIEnvNotForwarded"} <= set(seen)  # fmt: skip
-    # One admission can carry a note of every reason (and the fallback's).
-    assert len(events.REASONS) + 1 <= events.MAX_WARNINGS
+    # Every reason has its note, and one admission can carry a note of each.
+    assert set(events.NOTES) == set(events.REASONS) and len(events.REASONS) <= events.MAX_WARNINGS
+
+
+def test_a_refusal_gets_the_reason_of_what_it_refuses() -> None:
+    """The rules name what they refuse (rules.Plan.fatal_kind); the webhook's reason follows it,
+    whatever the words: an is_host that cannot work was a bare 'Warning' when read by regex."""
+    pod = yaml.safe_load((GOLDEN / "jobset" / "v0.10.1-workers-0-1.yaml").read_text())
+    (c,) = pod["spec"]["containers"]
+    c["command"] = ["torchrun", "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=ddp-jobset-workers-0-0.ddp-jobset:29500",
+                    "--rdzv-conf=is_host=true", "train.py"]  # fmt: skip
+    fatal = [w for w in mutate(pod, PARAMS).warnings if w.fatal]
+    assert [w.reason for w in fatal] == [reasons.RENDEZVOUS_REFUSED], fatal
+    assert fatal[0].text.endswith(fatal[0].refusal) and "is_host=true" in fatal[0].refusal
 
 
 class FakeSender:
@@ -152,30 +164,33 @@ def test_the_queue_is_bounded_and_a_failing_api_is_only_counted() -> None:
     assert rec.calls == 0 and not rec.pending  # a refused call is not retried
 
 
-def big_admission(i: int, namespace: str = "ml", note: int = 600_000) -> events.Admission:
+def big_admission(i: int, namespace: str = "ml", note: int = 600_000, every_reason: bool = False) -> events.Admission:
     """A review a tenant wrote to hurt: ~540 KB of metadata (labels and annotations), a job uid
     of its own (JobSet labels are the user's), and a warning that quotes its own long text."""
     meta = {"name": f"p-{i}", "labels": {"jobset.sigs.k8s.io/jobset-name": "js" * 100,
                                          "jobset.sigs.k8s.io/jobset-uid": f"{i:08d}" + "u" * 500},
             "annotations": {f"a{k}": "x" * 60_000 for k in range(9)}}  # fmt: skip
-    a = events.admission(meta, namespace, "jobset", "test", True, ("dns", "wrap"), "default", ("w" * note,) * 40)
+    kinds = reasons.REASONS if every_reason else (reasons.GENERAL,)
+    said = [Warned(kinds[k % len(kinds)], "w" * note) for k in range(40)]
+    a = events.admission(meta, namespace, "jobset", "test", True, ("dns", "wrap"), "default", said)
     assert a is not None
     return a
 
 
 def test_a_record_is_small_whatever_the_pod_carries() -> None:
-    a = big_admission(1)
+    a = big_admission(1, every_reason=True)
     assert events.size_of(a) < 16 << 10, events.size_of(a)
-    assert len(a.warnings) == events.MAX_WARNINGS and all(len(w) == events.NOTE_MAX for w in a.warnings)
+    # Their reasons only, once each: the tenant's text never reaches the record.
+    assert a.reasons == reasons.REASONS[: events.MAX_WARNINGS]
     assert len(a.regarding.uid) == events.UID_MAX and len(a.regarding.name) <= events.FIELD_MAX
 
 
 def test_the_queue_is_bounded_in_bytes() -> None:
     rec = events.Recorder(FakeSender(), "w", capacity=4096, max_bytes=256 << 10)
-    for i in range(1000):
-        rec.record(big_admission(i))
-    assert rec.queued_bytes <= 256 << 10 and rec.dropped > 900, (rec.queued_bytes, rec.dropped)
-    size = events.size_of(big_admission(0))
+    for i in range(2000):  # ~1 KB a record (their reasons, not the tenant's text): ~255 fit
+        rec.record(big_admission(i, every_reason=True))
+    assert rec.queued_bytes <= 256 << 10 and rec.dropped > 1700, (rec.queued_bytes, rec.dropped)
+    size = events.size_of(big_admission(1999, every_reason=True))  # the newest are kept: names of four digits
     assert len(rec.queue) == (256 << 10) // size  # as many as fit, the newest
 
 
@@ -328,10 +343,12 @@ def test_the_injected_event_says_which_profile_and_why() -> None:
 # ---------------------------------------------------------------- forged reviews (issue: no tenant can make it write)
 
 
-def forged(i: int, namespace: str = "ml", uid: str = "", note: str = "x") -> events.Admission:
+def forged(i: int, namespace: str = "ml", uid: str = "", said: Warned | None = None) -> events.Admission:
     meta = {"name": f"p-{i}", "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": f"job-{i}",
                                                    "uid": uid or f"uid-{i}", "controller": True}]}  # fmt: skip
-    a = events.admission(meta, namespace, "job", "test", True, ("dns",), "default", (note,))
+    a = events.admission(
+        meta, namespace, "job", "test", True, ("dns",), "default", (said or Warned(reasons.GENERAL, "x"),)
+    )
     assert a is not None
     return a
 
@@ -374,13 +391,13 @@ def test_an_event_note_carries_no_text_from_the_review() -> None:
     a forged review could write any text about a tenant's job. A note is our sentence for its
     reason, and the pod's name when it is a DNS name."""
     text = "unknown NCCL profile 'CALL +1-555-0100 TO CLAIM' in hostnet-rdma.io/profile; known: default"
-    (_injected, warning) = events.occurrences(forged(1, note=text))
+    (_injected, warning) = events.occurrences(forged(1, said=Warned(reasons.ANNOTATION_IGNORED, text)))
     assert warning.reason == "AnnotationIgnored"
     assert "CALL" not in warning.note and "p-1" in warning.note
     assert warning.note.startswith(events.NOTES["AnnotationIgnored"])
     meta = {"name": "Not A Name!", "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
                                                         "uid": "u", "controller": True}]}  # fmt: skip
-    a = events.admission(meta, "ml", "job", "test", False, (), "default", (text,))
+    a = events.admission(meta, "ml", "job", "test", False, (), "default", (Warned(reasons.ANNOTATION_IGNORED, text),))
     assert a is not None and a.pod == "" and "Not A Name" not in events.occurrences(a)[0].note
 
 

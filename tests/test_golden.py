@@ -57,7 +57,13 @@ def test_golden(case: Path) -> None:
     pod = yaml.safe_load(case.read_text())
     result = mutate(pod, params_for(pod, case))
     # Why nothing was done, for the cases where nothing was.
-    got = dump({"warnings": result.warnings, **({"reason": result.reason} if result.reason else {}), "pod": result.pod})
+    got = dump(
+        {
+            "warnings": [w.text for w in result.warnings],
+            **({"reason": result.reason} if result.reason else {}),
+            "pod": result.pod,
+        }
+    )
     exp_file = expected_path(case)
     if REFRESH or not exp_file.exists():
         if not REFRESH:

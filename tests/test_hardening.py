@@ -25,7 +25,7 @@ def pod(annotations: dict[str, str]) -> dict[str, Any]:
 @pytest.mark.parametrize("raw", ["²", "٣", "1e3", "-1", "65536", " 80"])
 def test_rdzv_port_annotation_is_parsed_strictly(raw: str) -> None:
     result = mutate(pod({"hostnet-rdma.io/rdzv-port": raw}), Params(wrapper_payload="x"))
-    assert any("is not a port" in w for w in result.warnings), result.warnings
+    assert any("is not a port" in w.text for w in result.warnings), result.warnings
 
 
 def test_profile_env_key_with_a_trailing_newline_is_refused() -> None:
@@ -51,7 +51,7 @@ def test_internal_error_outcome_names_the_pod(monkeypatch: pytest.MonkeyPatch) -
                                      "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": pod({})}})  # fmt: skip
     out = review.answer(body, Params())
     assert out.outcome == "error" and out.namespace == "ns" and out.name == "p-0"
-    assert "internal error (RuntimeError)" in out.warnings[0]
+    assert "internal error (RuntimeError)" in out.warnings[0].text
 
 
 # ---------------------------------------------------------------- amplification (item 1)
@@ -75,7 +75,7 @@ def test_too_many_training_containers_is_admitted_unchanged_with_the_bound_named
     body = _review_body(_many(200))
     out = review.answer(body, Params(wrapper_payload=payload()))
     assert out.outcome == "unsupported"
-    assert "200 training containers, more than the bound of 8" in out.warnings[0]
+    assert "200 training containers, more than the bound of 8" in out.warnings[0].text
     assert b'"patch"' not in out.body and len(out.body) < 2_000  # no amplification: 200 x 14 KB before
 
 
@@ -87,7 +87,7 @@ def test_patch_over_the_byte_bound_is_admitted_unchanged() -> None:
 
     params = Params(config=replace(InjectConfig(), max_patch_bytes=64 << 10), wrapper_payload=payload())
     out = review.answer(_review_body(_many(6)), params)  # 6 wrapped containers: ~90 KB of patch
-    assert out.outcome == "unsupported" and "over the bound of 65536" in out.warnings[0], out.warnings
+    assert out.outcome == "unsupported" and "over the bound of 65536" in out.warnings[0].text, out.warnings
     assert b'"patch"' not in out.body
 
 

@@ -74,7 +74,7 @@ def test_what_cannot_go_to_the_file_is_named_and_a_users_own_file_is_kept() -> N
     r = mutate(copy.deepcopy(pod), PARAMS)
     conf = r.pod["metadata"]["annotations"][names.ANN_NCCL_CONF]
     assert "NCCL_IB_HCA" not in conf and "NCCL_ALGO" not in conf and "UCX_TLS" not in conf
-    (warning,) = [w for w in r.warnings if w.startswith("MPIJob worker")]
+    (warning,) = [w.text for w in r.warnings if w.text.startswith("MPIJob worker")]
     assert "NCCL_IB_HCA, NCCL_ALGO, NCCL_IB_HCA_LONG must come from the launcher, if it does not set them" in warning
     # A transport selector is never pushed on every rank (Crusoe's MPIJob warns that -x UCX_TLS breaks it).
     assert "UCX_TLS select the MPI's own transports: leave them to the launcher's settings" in warning
@@ -84,7 +84,7 @@ def test_what_cannot_go_to_the_file_is_named_and_a_users_own_file_is_kept() -> N
     r = mutate(pod, PARAMS)
     assert names.ANN_NCCL_CONF not in r.pod["metadata"].get("annotations", {})
     assert [m["name"] for m in _mounts(r.pod)] == ["site"]
-    assert any("the container mounts its own" in w for w in r.warnings), r.warnings
+    assert any("the container mounts its own" in w.text for w in r.warnings), r.warnings
 
 
 def test_only_mpijob_workers_get_the_file() -> None:

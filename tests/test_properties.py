@@ -302,7 +302,7 @@ def test_reinvocation_does_not_decide_what_the_first_pass_could_not() -> None:
     first = mutate(pod, PARAMS)
     env = {e["name"]: e.get("value") for e in first.pod["spec"]["containers"][0]["env"]}
     assert env["PET_RDZV_ENDPOINT"] == "$(LWS_LEADER_ADDRESS):23456" and "PET_RDZV_CONF" not in env
-    assert any("cannot set" in w and "is_host" in w for w in first.warnings), first.warnings
+    assert any("cannot set" in w.text and "is_host" in w.text for w in first.warnings), first.warnings
     again = mutate(first.pod, PARAMS)
     assert again.pod == first.pod
 

@@ -57,7 +57,7 @@ class Answer(NamedTuple):
 
 def answered(body: bytes) -> Answer:
     out = review.answer(body, PARAMS)
-    return Answer(out.outcome, out.body, list(out.warnings))
+    return Answer(out.outcome, out.body, [w.text for w in out.warnings])
 
 
 def within_budget(p: dict[str, Any]) -> Answer:
@@ -181,7 +181,7 @@ def test_annotations_near_the_limit_leave_the_pod_unchanged() -> None:
     big = {"user.example/blob": "y" * (cost.ANNOTATIONS_BYTES - 60)}  # ours is ~100 bytes
     out = review.answer(body_of(pod(annotations=big)), PARAMS)
     assert out.outcome == "unsupported", out.warnings
-    assert "annotations" in out.warnings[0] and "262144" in out.warnings[0]
+    assert "annotations" in out.warnings[0].text and "262144" in out.warnings[0].text
     assert b'"patch"' not in out.body
 
 
@@ -189,7 +189,7 @@ def test_windows_pods_are_left_alone() -> None:
     result = mutate(pod(os={"name": "windows"}), PARAMS)
     assert not result.changed and "Windows" in result.reason
     out = review.answer(body_of(pod(os={"name": "windows"})), PARAMS)
-    assert b'"patch"' not in out.body and any("Windows" in w for w in out.warnings)
+    assert b'"patch"' not in out.body and any("Windows" in w.text for w in out.warnings)
     # A Windows pod that opted out asked for nothing: no warning about what it did not get.
     opted_out = pod(os={"name": "windows"})
     opted_out["metadata"]["labels"]["hostnet-rdma.io/inject"] = "disabled"
@@ -204,7 +204,7 @@ def test_a_users_mount_at_the_wrapper_path_leaves_the_pod_unchanged(path: str) -
     if path == "/":
         assert out.outcome == "mutated"  # a mount at / does not hide /hostnet-rdma's own mount
         return
-    assert out.outcome == "unsupported" and "/hostnet-rdma" in out.warnings[0], out.warnings
+    assert out.outcome == "unsupported" and "/hostnet-rdma" in out.warnings[0].text, out.warnings
 
 
 def test_a_sidecar_added_by_another_webhook_after_us_is_no_puzzle() -> None:
@@ -216,7 +216,7 @@ def test_a_sidecar_added_by_another_webhook_after_us_is_no_puzzle() -> None:
     again = first.pod
     again["spec"]["containers"].append({"name": "istio-proxy", "image": "proxy"})
     second = mutate(again, PARAMS)
-    assert not any("cannot tell" in w for w in second.warnings), second.warnings
+    assert not any("cannot tell" in w.text for w in second.warnings), second.warnings
     assert not second.changed, "a second pass changes nothing"
 
 
@@ -225,7 +225,7 @@ def test_a_number_of_thousands_of_digits_is_no_number(annotation: str) -> None:
     # int() of 5,000 digits raised ValueError (an internal error, found by tests/test_adversarial.py).
     out = review.answer(body_of(pod(annotations={annotation: "9" * 5000})), PARAMS)
     assert out.outcome == "mutated", out.warnings
-    assert any("is not" in w and annotation in w for w in out.warnings), out.warnings
+    assert any("is not" in w.text and annotation in w.text for w in out.warnings), out.warnings
     assert rules.max_nodes("9" * 5000) == 0 and rules.expand_sum("1+" + "9" * 5000, {}) is None
 
 
@@ -254,7 +254,7 @@ def test_a_multi_line_torchrun_script_is_read_as_bash_passes_it() -> None:
     """Tutorials write `torchrun \\` and one flag a line. The continuation was a word of its own:
     a false "wrapper will refuse: --nnodes not given" on a job that runs."""
     result = mutate(jobset("torchrun \\\n  --nnodes=2 \\\n  --nproc-per-node=8 \\\n  train.py"), PARAMS)
-    assert not any("--nnodes not given" in w for w in result.warnings), result.warnings
+    assert not any("--nnodes not given" in w.text for w in result.warnings), result.warnings
     status = orjson.loads(result.pod["metadata"]["annotations"][names.STATUS_ANNOTATION])
     assert "problems" not in status
 
@@ -263,7 +263,7 @@ def test_a_flag_made_by_the_shell_is_quoted_whole_in_the_warning() -> None:
     # `$(...)` with a quoted IFS was cut at its space: "the command sets --local-addr=$(IFS=', itself".
     script = 'torchrun --nnodes=2 --local-addr=$(IFS=", " read a b <<< "$(hostname -i)"; echo $a) t.py'
     result = mutate(jobset(script), PARAMS)
-    (said,) = [w for w in result.warnings if "sets --local-addr" in w]
+    (said,) = [w.text for w in result.warnings if "sets --local-addr" in w.text]
     assert '--local-addr=$(IFS=", " read a b <<< "$(hostname -i)"; echo $a) itself' in said, said
     assert "--local-addr=$(IFS=', itself" not in said
 

@@ -18,7 +18,8 @@ from app.cli.common import CommandError, add_cluster_args, add_preview_args, err
 from app.core import Result, patch
 
 
-def summary(result: Result) -> str:
+def summary(result: Result, warnings: list[str]) -> str:
+    """The webhook's decision for one pod; `warnings`: the preview's row's (the core's and its own)."""
     if not result.info:
         return f"hostnet-rdma: unchanged: {result.reason}."
     info = result.info
@@ -34,14 +35,14 @@ def summary(result: Result) -> str:
     if result.skipped:
         parts.append("skipped " + "; ".join(f"{k}: {v}" for k, v in result.skipped.items()))
     text = "; ".join(parts) + "."
-    for w in result.warnings:
+    for w in warnings:
         text += f"\nwarning: {w}"
     return text
 
 
 def _said(row: preview.Row) -> str:
     if row.result is not None:
-        return summary(row.result)
+        return summary(row.result, row.warnings)
     return f"hostnet-rdma: unchanged: {row.reason}."
 
 

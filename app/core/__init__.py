@@ -2,5 +2,16 @@
 
 from app.core.mutate import InvalidPod, Result, UnsupportedPod, mutate
 from app.core.params import ConfigError, InjectConfig, Params, Profile
+from app.core.reasons import Warned
 
-__all__ = ["ConfigError", "InjectConfig", "InvalidPod", "Params", "Profile", "Result", "UnsupportedPod", "mutate"]
+__all__ = [
+    "ConfigError",
+    "InjectConfig",
+    "InvalidPod",
+    "Params",
+    "Profile",
+    "Result",
+    "UnsupportedPod",
+    "Warned",
+    "mutate",
+]

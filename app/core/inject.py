@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core import allocators, names, quantity
+from app.core import allocators, names, quantity, reasons
 from app.core.launchers import LauncherInfo, mpijob
 from app.core.params import Params, Profile
 from app.core.podspec import Env, add_mount, add_volume, child, child_list, mount_at
+from app.core.reasons import Warned
 
 Obj = dict[str, Any]
 
@@ -24,10 +25,9 @@ class Context:
     annotations: dict[str, str]
     profile: Profile
     training: list[int]  # indices into spec.containers that run training
-    warnings: list[str] = field(default_factory=list)
-    # What will keep the job from training together (also warnings): the status annotation's
-    # `problems`, for whoever reads the pod rather than the admission warnings.
-    problems: list[str] = field(default_factory=list)
+    # Each with its reason; the fatal ones (what will keep the job from training together) are
+    # also the status annotation's `problems`, for whoever reads the pod.
+    warnings: list[Warned] = field(default_factory=list)
     # Why the pod needs no RDMA devices of ours (own_devices): three steps ask, read once.
     own_checked: bool = False
     own_reason: str | None = None
@@ -40,8 +40,7 @@ class Context:
         annotations: dict[str, str],
         profile: Profile,
         training: list[int],
-        warnings: list[str] | None = None,
-        problems: list[str] | None = None,
+        warnings: list[Warned] | None = None,
         own_checked: bool = False,
         own_reason: str | None = None,
     ) -> None:
@@ -51,7 +50,6 @@ class Context:
         self.profile = profile
         self.training = training
         self.warnings = [] if warnings is None else warnings
-        self.problems = [] if problems is None else problems
         self.own_checked = own_checked
         self.own_reason = own_reason
 
@@ -65,17 +63,31 @@ class Context:
             return True
         if value in ("false", "0", "no", "off", "disabled"):
             return False
-        self.warn(f"annotation {annotation}={raw!r} is not true/false; using {str(default).lower()}")
+        self.warn(
+            reasons.ANNOTATION_IGNORED,
+            f"annotation {annotation}={raw!r} is not true/false; using {str(default).lower()}",
+        )
         return default
 
-    def warn(self, message: str) -> None:
-        if message not in self.warnings:
-            self.warnings.append(message)
+    def warn(self, reason: str, text: str) -> None:
+        add(self.warnings, Warned(reason, text))
 
-    def problem(self, message: str) -> None:
-        self.warn(message)
-        if message not in self.problems:
-            self.problems.append(message)
+    def problem(self, reason: str, text: str, refusal: str = "") -> None:
+        """A warning of what keeps the job from training together (`refusal`: the wrapper's own)."""
+        add(self.warnings, Warned(reason, text, True, refusal))
+
+    def problems(self) -> list[str]:
+        return [w.text for w in self.warnings if w.fatal]
+
+
+def add(warnings: list[Warned], warning: Warned) -> None:
+    """Once each: a text said twice (two containers alike) is one warning, fatal if either was."""
+    for i, w in enumerate(warnings):
+        if w.text == warning.text:
+            if warning.fatal and not w.fatal:
+                warnings[i] = warning
+            return
+    warnings.append(warning)
 
 
 def _spec(pod: Obj) -> Obj:
@@ -113,10 +125,11 @@ def _own_devices(pod: Obj, ctx: Context) -> str | None:
         if found is not None:
             if found.resource and found.assumed:
                 ctx.warn(
+                    reasons.ALLOCATOR_ASSUMED,
                     f"resource {found.resource} looks like a NIC pool of an allocator hostnet-rdma does not know: taken "
                     "to hand the pod its NICs, so no /dev/infiniband hostPath, privileged or SYS_ADMIN. Add its prefix "
                     f'to the config\'s rdmaResourcePrefixes to say so, or annotate {names.ANN_ALLOCATED_NICS}: "false" '
-                    "if the pod's NICs do not come from it"
+                    "if the pod's NICs do not come from it",
                 )
             said = f"{found.what} ({found.resource})" if found.resource else found.what
             if not found.resource:
@@ -136,7 +149,9 @@ def dns(pod: Obj, ctx: Context) -> StepOutcome:
     if policy == "None":
         return "dnsPolicy None with the user's own dnsConfig"
     if policy == "Default":
-        ctx.warn("dnsPolicy Default kept: pod DNS names of the job will not resolve from this pod")
+        ctx.warn(
+            reasons.DNS_POLICY_KEPT, "dnsPolicy Default kept: pod DNS names of the job will not resolve from this pod"
+        )
         return "dnsPolicy Default set by the user"
     # Absent or ClusterFirst (the API default): on hostNetwork ClusterFirst means node DNS.
     spec["dnsPolicy"] = names.CLUSTER_DNS_POLICY
@@ -163,7 +178,10 @@ def infiniband(pod: Obj, ctx: Context) -> StepOutcome:
 def shm(pod: Obj, ctx: Context) -> StepOutcome:
     size = ctx.annotations.get(names.ANN_SHM_SIZE, ctx.params.config.shm_size).strip()
     if quantity.parse(size) is None:
-        ctx.warn(f"annotation {names.ANN_SHM_SIZE}={size!r} is not a quantity; using {ctx.params.config.shm_size}")
+        ctx.warn(
+            reasons.ANNOTATION_IGNORED,
+            f"annotation {names.ANN_SHM_SIZE}={size!r} is not a quantity; using {ctx.params.config.shm_size}",
+        )
         size = ctx.params.config.shm_size
     targets = [c for c in _training(pod, ctx) if mount_at(c, names.SHM_PATH) is None]
     volumes = child_list(_spec(pod), "volumes")
@@ -177,8 +195,9 @@ def shm(pod: Obj, ctx: Context) -> StepOutcome:
     if limit is not None and limit < wanted:
         # The kubelet sizes a memory-backed emptyDir to the pod's memory limit, whatever sizeLimit says.
         ctx.warn(
+            reasons.SHM_CAPPED,
             f"/dev/shm will be capped at the pod's memory limit ({_human(limit)}), not {size}: the kubelet sizes "
-            f"memory-backed volumes to the limit. Raise the containers' memory limits or lower {names.ANN_SHM_SIZE}"
+            f"memory-backed volumes to the limit. Raise the containers' memory limits or lower {names.ANN_SHM_SIZE}",
         )
     for c in targets:
         add_mount(c, names.VOL_SHM, names.SHM_PATH)
@@ -232,7 +251,7 @@ def capabilities(pod: Obj, ctx: Context) -> StepOutcome:
                 continue
             add.append(cap)
     for s in skipped:
-        ctx.warn(f"capability not added: {s}")
+        ctx.warn(reasons.PRIVILEGE_KEPT, f"capability not added: {s}")
     return None
 
 
@@ -247,12 +266,16 @@ def privileged(pod: Obj, ctx: Context) -> StepOutcome:
         sc = child(c, "securityContext")
         if sc.get("privileged") is False:
             ctx.warn(
-                f"{c.get('name')}: privileged: false kept; hostPath RDMA devices may be unusable (NCCL falls back to sockets)"
+                reasons.PRIVILEGE_KEPT,
+                f"{c.get('name')}: privileged: false kept; hostPath RDMA devices may be unusable (NCCL falls back to sockets)",
             )
             kept.append("privileged: false set by the user")
             continue
         if sc.get("allowPrivilegeEscalation") is False:
-            ctx.warn(f"{c.get('name')}: not made privileged because allowPrivilegeEscalation is false")
+            ctx.warn(
+                reasons.PRIVILEGE_KEPT,
+                f"{c.get('name')}: not made privileged because allowPrivilegeEscalation is false",
+            )
             kept.append("allowPrivilegeEscalation: false set by the user")
             continue
         sc["privileged"] = True
@@ -264,8 +287,9 @@ def nccl_env(pod: Obj, ctx: Context) -> StepOutcome:
     for c in _training(pod, ctx):
         if c.get("envFrom"):
             ctx.warn(
+                reasons.ENV_FROM_OVERRIDDEN,
                 f"{c.get('name')}: envFrom values are invisible at admission, so profile env (NCCL_*) overrides them; "
-                f"to keep NCCL settings from envFrom, annotate {names.ANN_SKIP}=nccl-env"
+                f"to keep NCCL settings from envFrom, annotate {names.ANN_SKIP}=nccl-env",
             )
         env = Env(c)
         for key, value in ctx.profile.env:
@@ -323,7 +347,8 @@ def _nccl_conf(pod: Obj, ctx: Context) -> None:
             said.append(f"{', '.join(transport)} select the MPI's own transports: leave them to the launcher's "
                         "settings and its MPI's docs (some, such as UCX_TLS, break the job when forced on every rank)")  # fmt: skip
         ctx.warn(
+            reasons.MPI_ENV_NOT_FORWARDED,
             "MPIJob worker: mpirun starts the ranks on this pod over ssh, and sshd gives each a fresh environment, "
             f"so this worker's env does not reach them (nor is it in the /etc/nccl.conf NCCL reads"
-            f"{': the container mounts its own' if theirs else ''}): " + "; ".join(said)
+            f"{': the container mounts its own' if theirs else ''}): " + "; ".join(said),
         )

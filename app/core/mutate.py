@@ -9,10 +9,11 @@ from typing import Any
 
 import orjson
 
-from app.core import allocators, budget, inject, launchers, names, profiles, wrap
+from app.core import allocators, budget, inject, launchers, names, profiles, reasons, wrap
 from app.core.launchers import LauncherInfo
 from app.core.launchers.base import pod_labels
 from app.core.params import STEP_NAMES, InjectConfig, Params
+from app.core.reasons import Warned
 
 Obj = dict[str, Any]
 Step = Callable[[Obj, inject.Context], inject.StepOutcome]
@@ -42,7 +43,7 @@ class UnsupportedPod(ValueError):
 class Result:
     pod: Obj
     changed: bool
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Warned] = field(default_factory=list)
     info: LauncherInfo | None = None  # what the launcher implies; None when nothing was done
     profile: str = ""
     profile_reason: str = ""
@@ -56,7 +57,7 @@ class Result:
         self,
         pod: Obj,
         changed: bool,
-        warnings: list[str] | None = None,
+        warnings: list[Warned] | None = None,
         info: LauncherInfo | None = None,
         profile: str = "",
         profile_reason: str = "",
@@ -183,7 +184,7 @@ def _requests_devices(container: Obj, rdma_prefixes: tuple[str, ...]) -> bool:
 
 
 def _training_containers(
-    pod: Obj, info: LauncherInfo, ann: dict[str, str], warnings: list[str], rdma_prefixes: tuple[str, ...]
+    pod: Obj, info: LauncherInfo, ann: dict[str, str], warnings: list[Warned], rdma_prefixes: tuple[str, ...]
 ) -> list[int]:
     """Which regular containers run training (init containers and sidecars never do)."""
     containers = pod["spec"]["containers"]
@@ -193,7 +194,12 @@ def _training_containers(
         wanted = [n.strip() for n in listed.split(",") if n.strip()]
         unknown = [n for n in wanted if n not in by_name]
         if unknown:
-            warnings.append(f"{names.ANN_CONTAINERS} names unknown containers: {', '.join(unknown)}")
+            inject.add(
+                warnings,
+                Warned(
+                    reasons.ANNOTATION_IGNORED, f"{names.ANN_CONTAINERS} names unknown containers: {', '.join(unknown)}"
+                ),
+            )
         chosen = [by_name[n] for n in wanted if n in by_name]
         if chosen:
             return sorted(set(chosen))
@@ -368,9 +374,9 @@ def mutate(pod: Obj, params: Params) -> Result:
         # The API server refuses privileged, capabilities, allowPrivilegeEscalation and
         # readOnlyRootFilesystem on Windows pods: what we add would fail the pod's creation.
         why = "a Windows pod (spec.os.name: windows): RDMA plumbing is for Linux pods; left unchanged"
-        return Result(pod=pod, changed=False, warnings=[why], reason=why)
+        return Result(pod=pod, changed=False, warnings=[Warned(reasons.POD_LEFT_UNCHANGED, why)], reason=why)
     out = _writable(pod)
-    warnings: list[str] = []
+    warnings: list[Warned] = []
     meta = out.setdefault("metadata", {})
     ann: dict[str, str] = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
     port = params.config.rdzv_port
@@ -381,7 +387,9 @@ def mutate(pod: Obj, params: Params) -> Result:
         if raw.isascii() and raw.isdigit() and len(raw) <= 5 and 0 < int(raw) < 65536:
             port, pinned = int(raw), True
         else:
-            warnings.append(f"{names.ANN_RDZV_PORT}={raw!r} is not a port; using {port}")
+            warnings.append(
+                Warned(reasons.ANNOTATION_IGNORED, f"{names.ANN_RDZV_PORT}={raw!r} is not a port; using {port}")
+            )
     info = launchers.describe(out, port)
     if not pinned:
         derived = job_port(params.config, info.rdzv_id)
@@ -404,7 +412,8 @@ def mutate(pod: Obj, params: Params) -> Result:
     skip = frozenset(s.strip() for s in ann.get(names.ANN_SKIP, "").split(",") if s.strip())
     unknown = sorted(skip - set(STEP_NAMES))
     if unknown:
-        warnings.append(f"{names.ANN_SKIP} names unknown steps: {', '.join(unknown)} (known: {', '.join(STEP_NAMES)})")
+        why = f"{names.ANN_SKIP} names unknown steps: {', '.join(unknown)} (known: {', '.join(STEP_NAMES)})"
+        inject.add(warnings, Warned(reasons.ANNOTATION_IGNORED, why))
     ctx = inject.Context(params, info, ann, profile, training, warnings)
     applied: list[str] = []
     skipped: dict[str, str] = {}
@@ -423,7 +432,7 @@ def mutate(pod: Obj, params: Params) -> Result:
     annotations = meta.get("annotations")
     if not isinstance(annotations, dict):
         annotations = meta["annotations"] = {}
-    annotations[names.STATUS_ANNOTATION] = _status(params, info, profile.name, skipped, ctx.problems)
+    annotations[names.STATUS_ANNOTATION] = _status(params, info, profile.name, skipped, ctx.problems())
     size = _annotation_bytes(annotations)
     if size > budget.ANNOTATIONS_BYTES:
         raise UnsupportedPod(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.core import names
+from app.core import names, reasons
 from app.core.params import InjectConfig, Profile
+from app.core.reasons import Warned
 
 
-def select(pod: dict[str, Any], config: InjectConfig, warnings: list[str]) -> tuple[Profile, str]:
+def select(pod: dict[str, Any], config: InjectConfig, warnings: list[Warned]) -> tuple[Profile, str]:
     """The profile for this pod and why it was chosen."""
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     wanted = ann.get(names.ANN_PROFILE)
@@ -16,7 +17,10 @@ def select(pod: dict[str, Any], config: InjectConfig, warnings: list[str]) -> tu
         if wanted in config.profiles:
             return config.profiles[wanted], f"annotation {names.ANN_PROFILE}"
         warnings.append(
-            f"unknown NCCL profile {wanted!r} in {names.ANN_PROFILE}; known: {', '.join(sorted(config.profiles))}"
+            Warned(
+                reasons.ANNOTATION_IGNORED,
+                f"unknown NCCL profile {wanted!r} in {names.ANN_PROFILE}; known: {', '.join(sorted(config.profiles))}",
+            )
         )
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     instance_type = selector.get(names.INSTANCE_TYPE_LABEL) if isinstance(selector, dict) else None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.core import budget, names, shwords
+from app.core import budget, names, reasons, shwords
 from app.core.inject import Context, StepOutcome
 from app.core.launchers.base import env_names
 from app.core.podspec import Env, add_mount, add_volume, child, child_list, find_named
@@ -221,7 +221,9 @@ def _endpoint_check(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
     try:
         args = torchrun_args(c)
     except ScriptTooLarge as e:
-        ctx.warn(f"{c.get('name')}: {e}: its torchrun arguments are checked by the wrapper at run time only")
+        ctx.warn(
+            reasons.GENERAL, f"{c.get('name')}: {e}: its torchrun arguments are checked by the wrapper at run time only"
+        )
         args = None
     _leftover_flags(c, ctx, owned)
     env = {**_literal_env(c), **owned}
@@ -230,9 +232,11 @@ def _endpoint_check(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
     except rules.ArgvError:
         return
     if plan.endpoint_problem and "$" not in plan.endpoint:
-        ctx.warn(f"{c.get('name')}: {plan.endpoint_problem}")
+        ctx.warn(reasons.ENDPOINT_NAMES_NO_POD, f"{c.get('name')}: {plan.endpoint_problem}")
     if plan.fatal and args is not None:
-        ctx.problem(f"{c.get('name')}: wrapper will refuse: {plan.fatal}")
+        ctx.problem(
+            reasons.of_refusal(plan.fatal_kind), f"{c.get('name')}: wrapper will refuse: {plan.fatal}", plan.fatal
+        )
 
 
 def _flag_value(words: list[str], names_: tuple[str, ...]) -> str | None:
@@ -276,15 +280,17 @@ def _leftover_flags(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
     local = _flag_value(words, ("--local-addr", "--local_addr"))
     if local is not None and own and local.lower().rstrip(".") not in identities:
         ctx.warn(
+            reasons.LEFTOVER_FLAG,
             f"{c.get('name')}: the command sets --local-addr={local} itself (rendezvous shell the webhook replaces): "
             f"at start the wrapper keeps it only where the other nodes can reach this one at it, and otherwise uses "
-            f"{own} (annotate {names.ANN_LOCAL_ADDR}: keep to refuse instead); remove it"
+            f"{own} (annotate {names.ANN_LOCAL_ADDR}: keep to refuse instead); remove it",
         )
     if own and _sets_is_host(words):
         ctx.warn(
+            reasons.LEFTOVER_FLAG,
             f"{c.get('name')}: the command sets is_host itself in --rdzv-conf: the wrapper refuses in seconds where it "
             "cannot work (true on a pod the endpoint does not name, false on the one it names); leave it out, the "
-            "webhook sets it on each pod"
+            "webhook sets it on each pod",
         )
 
 
@@ -320,11 +326,11 @@ def _pet_fallback(c: Obj, env: Env, ctx: Context, owned: dict[str, str]) -> None
     if cannot:
         text += f"; cannot set {', '.join(cannot)} (known only at run time): pass them on torchrun's command line"
     text += "; no preflight checks and no GLOO_SOCKET_IFNAME pinning. Give the container a command to be wrapped"
-    ctx.warn(text)
+    ctx.warn(reasons.TORCHRUN_NOT_WRAPPED, text)
     if plan.endpoint_problem:
-        ctx.warn(f"{c.get('name')}: {plan.endpoint_problem}")
+        ctx.warn(reasons.ENDPOINT_NAMES_NO_POD, f"{c.get('name')}: {plan.endpoint_problem}")
     if plan.fatal:
-        ctx.problem(f"{c.get('name')}: not wrapped, cannot refuse: {plan.fatal}")
+        ctx.problem(reasons.of_refusal(plan.fatal_kind), f"{c.get('name')}: not wrapped, cannot refuse: {plan.fatal}")
 
 
 def _fabric_mode(ctx: Context) -> str:
@@ -335,8 +341,9 @@ def _fabric_mode(ctx: Context) -> str:
     if mode in names.FABRIC_PREFLIGHT_MODES:
         return mode
     ctx.warn(
+        reasons.ANNOTATION_IGNORED,
         f"annotation {names.ANN_FABRIC_PREFLIGHT}={raw!r} is not one of {', '.join(names.FABRIC_PREFLIGHT_MODES)}; "
-        f"using {ctx.params.config.fabric_preflight}"
+        f"using {ctx.params.config.fabric_preflight}",
     )
     return ctx.params.config.fabric_preflight
 
@@ -347,7 +354,7 @@ def _keep_local_addr(ctx: Context) -> bool:
         return False
     if raw.strip().lower() == "keep":
         return True
-    ctx.warn(f"annotation {names.ANN_LOCAL_ADDR}={raw!r} is not `keep`; ignored")
+    ctx.warn(reasons.ANNOTATION_IGNORED, f"annotation {names.ANN_LOCAL_ADDR}={raw!r} is not `keep`; ignored")
     return False
 
 
@@ -362,7 +369,10 @@ def _nnodes(pod: Obj, ctx: Context) -> str:
     if raw is not None:
         if _NODE_COUNT.fullmatch(raw.strip()) and rules.max_nodes(raw) > 0:
             return raw.strip()
-        ctx.warn(f"annotation {names.ANN_NNODES}={raw!r} is not a node count (N or MIN:MAX); ignored")
+        ctx.warn(
+            reasons.ANNOTATION_IGNORED,
+            f"annotation {names.ANN_NNODES}={raw!r} is not a node count (N or MIN:MAX); ignored",
+        )
     if ctx.info.nnodes:
         return ctx.info.nnodes
     if ctx.info.launcher in _SINGLE_POD_LAUNCHERS or "PET_NNODES" in env_names(pod):
@@ -384,8 +394,9 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         return "an MPIJob pod: mpirun starts the ranks (over ssh on the workers); no torchrun to wrap"
     if not info.advertised_address:
         ctx.warn(
+            reasons.TORCHRUN_NOT_WRAPPED,
             f"launcher {info.launcher}: no stable DNS name for this pod (set spec.hostname and "
-            "spec.subdomain with a headless Service); torchrun is not wrapped"
+            "spec.subdomain with a headless Service); torchrun is not wrapped",
         )
         return "no stable DNS name for this pod"
     cfg = ctx.params.config

@@ -25,7 +25,6 @@ from app.events.gates import KINDS, Gate, NamespaceGate, ObjectGate, resource_of
 from app.events.limits import CallBudget, TokenBuckets
 from app.events.queue import AdmissionQueue
 from app.events.record import (
-    FALLBACK_REASON,
     FIELD_MAX,
     MAX_WARNINGS,
     NOTE_MAX,
@@ -37,7 +36,6 @@ from app.events.record import (
     Regarding,
     admission,
     occurrences,
-    reason_of,
     regarding,
     regarding_of,
     size_of,
@@ -45,8 +43,8 @@ from app.events.record import (
 from app.events.recorder import ACTION, REPORTING_CONTROLLER, Recorder, Sender, Unavailable
 
 __all__ = [
-    "ACTION", "FALLBACK_REASON", "FIELD_MAX", "KINDS", "MAX_WARNINGS", "NOTES", "NOTE_MAX", "REASONS",
+    "ACTION", "FIELD_MAX", "KINDS", "MAX_WARNINGS", "NOTES", "NOTE_MAX", "REASONS",
     "REPORTING_CONTROLLER", "UID_MAX", "Admission", "AdmissionQueue", "CallBudget", "Gate", "NamespaceGate",
     "ObjectGate", "Occurrence", "Recorder", "Regarding", "Sender", "TokenBuckets", "Unavailable", "admission",
-    "occurrences", "reason_of", "regarding", "regarding_of", "resource_of", "size_of",
+    "occurrences", "regarding", "regarding_of", "resource_of", "size_of",
 ]  # fmt: skip

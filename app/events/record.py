@@ -15,64 +15,51 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from app.core import Warned, reasons
+
 NOTE_MAX = 1024  # the API server rejects longer notes
 # Bounds on what one admission hands the recorder.
-MAX_WARNINGS = 14  # as many as there are reasons (and the fallback): one note per reason is all an Event shows
+MAX_WARNINGS = len(reasons.REASONS)  # one note per reason is all an Event shows
 FIELD_MAX = 253  # names, kinds, API versions (DNS subdomain length)
 UID_MAX = 128
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 
-# Warning text -> reason, first match wins. Reasons are a contract (users filter on them:
-# `kubectl get events --field-selector reason=NodeCountUnknown`); docs/configuration.md lists them.
-REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern), reason)
-    for pattern, reason in (
-        (r"the command sets (--local-addr|is_host)|--local-addr .* replaced", "LeftoverFlag"),
-        (r"--nnodes not given", "NodeCountUnknown"),
-        (r"is loopback, but the job runs on several nodes", "LoopbackEndpoint"),
-        (r"names no pod|does not resolve on this node", "EndpointNamesNoPod"),
-        (r"no command \(its image entrypoint|torchrun is not wrapped|no stable DNS name", "TorchrunNotWrapped"),
-        (r"/dev/shm will be capped", "ShmCappedByMemoryLimit"),
-        (r"privileged: false kept|not made privileged|capability not added", "PrivilegeKept"),
-        (r"envFrom values are invisible", "EnvFromOverridden"),
-        (r"dnsPolicy Default kept", "DnsPolicyKept"),
-        (r"^MPIJob worker: mpirun starts the ranks", "MPIEnvNotForwarded"),
-        (r"looks like a NIC pool of an allocator", "AllocatorAssumed"),
-        (r"^pod left unchanged", "PodLeftUnchanged"),
-        (r"annotation|unknown NCCL profile|names unknown|is not a port", "AnnotationIgnored"),
-    )
-)
-FALLBACK_REASON = "Warning"
+# Every reason (app.core.reasons: each warning is made with its own); they are a contract (users
+# filter on them: `kubectl get events --field-selector reason=NodeCountUnknown`), listed in
+# docs/configuration.md.
+REASONS = reasons.REASONS
 
 # What an Event of each reason says: ours, never the review's. The pod's admission warning (its
 # creator, the controller, gets it) and `hostnet-rdma explain POD` say which container and flag.
 NOTES = {
-    "LeftoverFlag": "the command sets --local-addr or is_host itself (hand-written rendezvous shell): the wrapper "
+    reasons.LEFTOVER_FLAG: "the command sets --local-addr or is_host itself (hand-written rendezvous shell): the wrapper "
     "replaces or refuses it at start; remove it, the webhook sets both on each pod",
-    "NodeCountUnknown": "--nnodes not given for a job of several pods: torchrun's default (1 node) would train each "
+    reasons.NODE_COUNT_UNKNOWN: "--nnodes not given for a job of several pods: torchrun's default (1 node) would train each "
     "pod alone, so the wrapper refuses to start. Pass --nnodes=N or annotate the pod template hostnet-rdma.io/nnodes",
-    "LoopbackEndpoint": "the rendezvous endpoint is loopback, but the job runs on several nodes: the wrapper refuses "
+    reasons.LOOPBACK_ENDPOINT: "the rendezvous endpoint is loopback, but the job runs on several nodes: the wrapper refuses "
     "to start. Point --rdzv-endpoint at the DNS name of one pod of the job",
-    "EndpointNamesNoPod": "the rendezvous endpoint names no pod of this job (an IP address, a node name, a "
+    reasons.ENDPOINT_NAMES_NO_POD: "the rendezvous endpoint names no pod of this job (an IP address, a node name, a "
     "Service): decided by address in each pod; use the DNS name of one pod of the job",
-    "TorchrunNotWrapped": "torchrun is not wrapped (no command, so the image entrypoint runs; or no stable DNS name "
+    reasons.TORCHRUN_NOT_WRAPPED: "torchrun is not wrapped (no command, so the image entrypoint runs; or no stable DNS name "
     "for the pod): no preflight checks, and what admission could not set is left to torchrun",
-    "ShmCappedByMemoryLimit": "/dev/shm will be capped by the pod's memory limit, below the size asked for",
-    "PrivilegeKept": "privileged: false, allowPrivilegeEscalation: false or a dropped capability was kept as set: "
+    reasons.SHM_CAPPED: "/dev/shm will be capped by the pod's memory limit, below the size asked for",
+    reasons.PRIVILEGE_KEPT: "privileged: false, allowPrivilegeEscalation: false or a dropped capability was kept as set: "
     "RDMA may not work in this pod",
-    "EnvFromOverridden": "envFrom values are invisible at admission: the profile's NCCL env wins over them",
-    "DnsPolicyKept": "dnsPolicy Default kept: the pods' DNS names will not resolve, and the rendezvous cannot form",
-    "MPIEnvNotForwarded": "MPIJob workers run sshd, and the ranks mpirun starts there get a fresh environment: "
+    reasons.ENV_FROM_OVERRIDDEN: "envFrom values are invisible at admission: the profile's NCCL env wins over them",
+    reasons.DNS_POLICY_KEPT: "dnsPolicy Default kept: the pods' DNS names will not resolve, and the rendezvous cannot form",
+    reasons.MPI_ENV_NOT_FORWARDED: "MPIJob workers run sshd, and the ranks mpirun starts there get a fresh environment: "
     "settings the webhook could not write to the worker's /etc/nccl.conf (the container mounts its own, or another "
     "library's) reach them only from the launcher, if it sets them; the worker's admission warning names them",
-    "AllocatorAssumed": "the pod asks for a resource that looks like a NIC pool of an allocator hostnet-rdma does "
+    reasons.ALLOCATOR_ASSUMED: "the pod asks for a resource that looks like a NIC pool of an allocator hostnet-rdma does "
     "not know: taken to hand the pod its NICs, so it got no /dev/infiniband hostPath, privileged or SYS_ADMIN; the "
     "config's rdmaResourcePrefixes names a cluster's own allocators",
-    "PodLeftUnchanged": "the pod could not be handled safely and was admitted unchanged, without the RDMA plumbing",
-    "AnnotationIgnored": "a hostnet-rdma.io/ annotation has a value that is not understood; it was ignored",
-    FALLBACK_REASON: "an admission warning",
+    reasons.POD_LEFT_UNCHANGED: "the pod could not be handled safely and was admitted unchanged, without the RDMA plumbing",
+    reasons.ANNOTATION_IGNORED: "a hostnet-rdma.io/ annotation has a value that is not understood; it was ignored",
+    reasons.RENDEZVOUS_REFUSED: "a rendezvous setting of the command cannot work (is_host against the endpoint, "
+    "--master-addr on a rank other than 0): the wrapper refuses to start",
+    reasons.GENERAL: "an admission warning",
 }
 
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -82,13 +69,6 @@ def dns_name(value: Any) -> str:
     """A name from the review as an Event may carry it: a DNS subdomain (what object names
     are), else "" (a review the API server did not send may say anything)."""
     return value if isinstance(value, str) and _DNS_NAME.fullmatch(value) else ""
-
-
-def reason_of(warning: str) -> str:
-    for pattern, reason in REASONS:
-        if pattern.search(warning):
-            return reason
-    return FALLBACK_REASON
 
 
 @dataclass(frozen=True)
@@ -138,8 +118,7 @@ def regarding_of(meta: dict[str, Any], namespace: str) -> Regarding | None:
 
 class Admission(NamedTuple):
     """What one admission tells the recorder: a small record of bounded size (never the pod's
-    metadata), made on the event loop by admission(). The warnings' text is kept only to find
-    their reasons, off the admission path; no Event carries it."""
+    metadata), made on the event loop by admission(): the warnings' reasons, never their text."""
 
     regarding: Regarding
     launcher: str
@@ -147,7 +126,7 @@ class Admission(NamedTuple):
     mutated: bool
     applied: tuple[str, ...]
     profile: str
-    warnings: tuple[str, ...]
+    reasons: tuple[str, ...]
     pod: str = ""
 
 
@@ -159,7 +138,7 @@ def admission(
     mutated: bool,
     applied: Sequence[str],
     profile: str,
-    warnings: Sequence[str],
+    warnings: Sequence[Warned],
 ) -> Admission | None:
     """The record of one admission, None when no job owns the pod (its creator gets the
     admission warnings directly: nothing to record)."""
@@ -168,14 +147,14 @@ def admission(
         return None
     pod = dns_name(metadata.get("name")) or dns_name(metadata.get("generateName"))
     return Admission(about, launcher[:64], version[:64], mutated, tuple(a[:64] for a in applied[:16]),
-                     profile[:FIELD_MAX], tuple(w[:NOTE_MAX] for w in warnings[:MAX_WARNINGS]), pod)  # fmt: skip
+                     profile[:FIELD_MAX], tuple(dict.fromkeys(w.reason for w in warnings))[:MAX_WARNINGS], pod)  # fmt: skip
 
 
 def size_of(a: Admission) -> int:
     """What a record holds, in bytes as far as it matters (its strings), plus its objects."""
     r = a.regarding
     strings = (r.api_version, r.kind, r.name, r.uid, r.namespace, a.launcher, a.version, a.profile, *a.applied,
-               *a.warnings, a.pod)  # fmt: skip
+               *a.reasons, a.pod)  # fmt: skip
     return 400 + sum(len(x) for x in strings)
 
 
@@ -195,8 +174,7 @@ def occurrences(a: Admission) -> list[Occurrence]:
         out.append(Occurrence(about, "Injected", "Normal",
                               f"hostnet-rdma {a.version}, launcher {a.launcher}: {steps or 'no step'}"))  # fmt: skip
     seen: set[str] = set()
-    for w in a.warnings:
-        reason = reason_of(w)
+    for reason in a.reasons:
         if reason not in seen:  # one per kind a pod
             seen.add(reason)
             where = (

@@ -55,6 +55,13 @@ ENV_TERMINATION_LOG = "HOSTNET_RDMA_TERMINATION_LOG"
 # "1": a --local-addr of the user's that other nodes could not reach is refused, not replaced
 # (the pod annotation hostnet-rdma.io/local-addr: keep).
 ENV_KEEP_LOCAL_ADDR = "HOSTNET_RDMA_KEEP_LOCAL_ADDR"
+# What a refusal is about (Plan.fatal_kind): the webhook gives each its Event reason
+# (app.core.reasons), so no one reads the kind back out of the text.
+REFUSE_NNODES = "nnodes"
+REFUSE_LOOPBACK = "loopback"
+REFUSE_LOCAL_ADDR = "local-addr"
+REFUSE_NO_POD = "no-pod"
+REFUSE_RENDEZVOUS = "rendezvous"
 # "1": a job whose NCCL chose sockets instead of RDMA is stopped (the pod annotation
 # hostnet-rdma.io/require-rdma, or the cluster config's wrapper.requireRdma).
 ENV_REQUIRE_RDMA = "HOSTNET_RDMA_REQUIRE_RDMA"
@@ -545,11 +552,17 @@ class Plan:
         # Why torchrun must not start at all (one line, what to set): the wrapper refuses,
         # the webhook warns. "" when it may start.
         self.fatal = ""
+        self.fatal_kind = ""  # REFUSE_*
         # option -> value the wrapper supplied (not the user): what PET_* must carry when
         # nothing can intercept torchrun.
         self.added: Dict[str, str] = {}
         # option -> template whose ${VAR} could not be expanded from the env given.
         self.unexpanded: Dict[str, str] = {}
+
+    def refuse(self, kind: str, text: str) -> None:
+        """The first refusal stands (the cause to fix first)."""
+        if not self.fatal:
+            self.fatal, self.fatal_kind = text, kind
 
 
 def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = None) -> Tuple[List[str], Plan]:
@@ -578,7 +591,7 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
     if backend == "static":
         plan.endpoint = effective(argv, env, "--master-addr")[0] or ""
         if effective(argv, env, "--nnodes")[0] is None and env.get(ENV_NNODES) == NNODES_UNKNOWN:
-            plan.fatal = _nnodes_unknown(env)  # static or not, each pod would train alone
+            plan.refuse(REFUSE_NNODES, _nnodes_unknown(env))  # static or not, each pod would train alone
         _check_master_addr(argv, env, plan, here)
         return argv.args, plan
 
@@ -598,7 +611,7 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
     several = False  # the job has several pods, whatever torchrun is told
     if nnodes is None and env.get(ENV_NNODES) == NNODES_UNKNOWN:
         several = True
-        plan.fatal = _nnodes_unknown(env)
+        plan.refuse(REFUSE_NNODES, _nnodes_unknown(env))
     elif nnodes is None and env.get(ENV_NNODES):
         template = env[ENV_NNODES]
         nnodes = expand_sum(template, env)
@@ -611,9 +624,10 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
             if here is None:  # admission: such values exist only in the running container
                 plan.notes.append("default --nnodes needs env that is not set: " + template)
             else:
-                plan.fatal = (
+                plan.refuse(
+                    REFUSE_NNODES,
                     f"--nnodes not given, and the launcher's count {template} needs env this container does "
-                    "not have: torchrun's default (1 node) would train it alone. Pass --nnodes=N"
+                    "not have: torchrun's default (1 node) would train it alone. Pass --nnodes=N",
                 )
     plan.nnodes = nnodes or ("?" if several else "1")
     several = several or max_nodes(plan.nnodes) > 1
@@ -637,9 +651,10 @@ def merge(args: Sequence[str], env: Mapping[str, str], here: Optional[Here] = No
         # $HOSTNAME): what the other nodes would be told to reach this one at.
         why = unreachable_local_addr(local_addr, env, here)
         if why and env.get(ENV_KEEP_LOCAL_ADDR) == "1":
-            plan.fatal = plan.fatal or (
+            plan.refuse(
+                REFUSE_LOCAL_ADDR,
                 f"--local-addr {local_addr} {why}: the other nodes could not reach this one, and the pod annotation "
-                f"{ANN_LOCAL_ADDR}: keep says not to replace it. Remove --local-addr (the webhook supplies {own})"
+                f"{ANN_LOCAL_ADDR}: keep says not to replace it. Remove --local-addr (the webhook supplies {own})",
             )
         elif why:
             plan.notes.append(
@@ -683,9 +698,10 @@ def _decide_is_host(argv: Argv, env: Mapping[str, str], plan: Plan, here: Option
     if is_loopback(host):
         if several:
             # Every node would host a store of its own on its loopback and wait for the others.
-            plan.fatal = plan.fatal or (
+            plan.refuse(
+                REFUSE_LOOPBACK,
                 f"rendezvous endpoint {host} is loopback, but the job runs on several nodes: each would host its "
-                "own store and wait for the others. Point --rdzv-endpoint at the DNS name of one pod of the job"
+                "own store and wait for the others. Point --rdzv-endpoint at the DNS name of one pod of the job",
             )
         else:
             plan.notes.append("loopback rendezvous endpoint: is_host left to torchrun")
@@ -710,10 +726,11 @@ def _decide_is_host(argv: Argv, env: Mapping[str, str], plan: Plan, here: Option
             return
         mine, how = here.carries(host)
         if mine is None:
-            plan.fatal = plan.fatal or (
+            plan.refuse(
+                REFUSE_NO_POD,
                 f"rendezvous endpoint {how} and names no pod of this job: no pod can tell it hosts the store "
                 "(another node's host name? those often resolve only on the node itself). Point "
-                "--rdzv-endpoint at the DNS name of one pod of the job"
+                "--rdzv-endpoint at the DNS name of one pod of the job",
             )
             return
         is_host = "true" if mine else "false"
@@ -774,15 +791,17 @@ def _check_is_host(
             mine, _ = here.carries(host)
             other = "is not this node" if mine is False else ""
         if other:
-            plan.fatal = plan.fatal or (
+            plan.refuse(
+                REFUSE_RENDEZVOUS,
                 f"is_host=true, but the rendezvous endpoint {host} {other}: that pod hosts the store, and this one "
                 "would start a second one. Leave is_host out of --rdzv-conf (the wrapper sets it on the pod the "
-                "endpoint names), or set it true on that pod only"
+                "endpoint names), or set it true on that pod only",
             )
     elif not _truthy(given) and names_me:
-        plan.fatal = plan.fatal or (
+        plan.refuse(
+            REFUSE_RENDEZVOUS,
             f"is_host={given}, but the rendezvous endpoint {host} is this pod's own DNS name: no pod would host the "
-            "store and every node would wait for it. Leave is_host out of --rdzv-conf (the wrapper sets it)"
+            "store and every node would wait for it. Leave is_host out of --rdzv-conf (the wrapper sets it)",
         )
 
 
@@ -800,10 +819,11 @@ def _check_master_addr(argv: Argv, env: Mapping[str, str], plan: Plan, here: Opt
     if not mine:
         return
     if rank != "0":
-        plan.fatal = plan.fatal or (
+        plan.refuse(
+            REFUSE_RENDEZVOUS,
             f"--master-addr {master} is this node itself (its host name or loopback), but this is node rank {rank}: "
             "the store runs on node rank 0. Point --master-addr (or MASTER_ADDR in the launcher) at the DNS name of "
-            "node rank 0's pod"
+            "node rank 0's pod",
         )
     else:
         plan.notes.append(

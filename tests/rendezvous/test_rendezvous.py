@@ -493,7 +493,7 @@ def test_image_entrypoint_without_command_completes_from_pet_env(bed: Testbed, t
         c["env"] += [{"name": "MASTER_ADDR", "value": "ep-master-0.ep"}, {"name": "MASTER_PORT", "value": str(PORT)},
                      {"name": "WORLD_SIZE", "value": "2"}]  # fmt: skip
         result = mutate(pod, with_ns(pod))
-        assert any("no command" in w for w in result.warnings)
+        assert any("no command" in w.text for w in result.warnings)
         mc = result.pod["spec"]["containers"][0]
         assert "command" not in mc
         env = {**base_env(), **{e["name"]: e["value"] for e in mc["env"] if "value" in e}}
