@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup lint fmt golden bench clean e2e kind-e2e
+.PHONY: run test check setup lint fmt golden bench clean e2e kind-e2e
 
 setup: $(STAMP)
 
@@ -32,6 +32,10 @@ test: setup
 
 lint: setup
 	VENV=$(VENV) scripts/lint.sh
+
+# The inner loop: lint and the tests that need no root, build, server or cluster (~2 min).
+check: setup
+	VENV=$(VENV) scripts/check.sh
 
 fmt: setup
 	$(PY) -m ruff format app tests scripts

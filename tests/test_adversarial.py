@@ -16,6 +16,7 @@ from typing import Any
 
 import jsonpatch
 import orjson
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -131,6 +132,7 @@ def worst(**changes: Any) -> dict[str, Any]:
     return {**base, **changes}
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(knobs())
 @example(worst(env="doubling", env_n=64))

@@ -19,6 +19,8 @@ import pytest
 from app import tls
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench"
+# It builds the Go load generator and stall probe first.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

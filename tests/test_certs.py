@@ -151,6 +151,7 @@ def test_readiness_fails_while_the_served_certificate_is_expired() -> None:
     assert expired.status_code == 503 and "serving certificate expired" in expired.text
 
 
+@pytest.mark.slow
 def test_every_kubernetes_call_is_bounded_in_time(tmp_path: Path, monkeypatch: Any) -> None:
     """A black-holed API server (it accepts, never answers): the self-managed certificates'
     start-up and the CLI's calls give up within the client's timeout instead of hanging."""

@@ -111,6 +111,7 @@ def _plugin(*words: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(exe), *words], capture_output=True, text=True, cwd=ROOT, timeout=60)
 
 
+@pytest.mark.slow
 def test_the_kubectl_plugin_takes_kubectls_flags_anywhere() -> None:
     plain = cli("mutate", "-f", str(POD), "-n", "team-a", "-o", "json")
     for words in (["-n", "team-a", "mutate", "-f", str(POD), "-o", "json"],

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# It compiles the core with mypyc first (~40 s).
+pytestmark = pytest.mark.slow
 # The suites that exercise the pure core and its callers without monkeypatching module
 # attributes (a compiled module's callers do not see a patched attribute).
 SUITES = ["test_golden.py", "test_properties.py", "test_rules.py", "test_app.py", "test_verify_explain.py",

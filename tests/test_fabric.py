@@ -371,6 +371,7 @@ def test_the_wrappers_process_ends_with_torchrun(tmp_path: Path) -> None:
     assert not d.exists()
 
 
+@pytest.mark.slow
 def test_require_rdma_never_stops_a_plugin_network_and_errors_get_their_cause(tmp_path: Path) -> None:
     """Held to public logs (tests/nccl-corpus/): the SHARP plugin's IBext with requireRdma is not
     stopped; an error gets one line with its cause, and the first cause is the termination

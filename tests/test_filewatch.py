@@ -64,6 +64,7 @@ def test_a_configmap_style_symlink_swap_ticks(watched) -> None:  # type: ignore[
     assert ticks.wait(5), "the swap of ..data (a ConfigMap update) was not seen"
 
 
+@pytest.mark.slow
 def test_writes_below_the_directory_do_not_tick(watched) -> None:  # type: ignore[no-untyped-def]
     # A config passed from a working directory must not put the whole tree under inotify,
     # nor wake the server for every file written below it (logs, a build).
@@ -79,6 +80,7 @@ def test_writes_below_the_directory_do_not_tick(watched) -> None:  # type: ignor
     assert ticks.wait(5)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_the_watcher_thread_wakes_about_twice_a_second(watched) -> None:  # type: ignore[no-untyped-def]
     # watchfiles' default step wakes its thread 20 times a second (each time taking the GIL)

@@ -20,6 +20,7 @@ def _git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_an_editable_install_is_plain_python_and_leaves_git_status_clean(tmp_path: Path) -> None:
     if shutil.which("git") is None:

@@ -144,6 +144,7 @@ def _dupes(items: list[Any], key: str) -> list[Any]:
     return [k for k, n in Counter(i.get(key) for i in items).items() if n > 1]
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pods())
 def test_patch_applies_and_is_idempotent(pod: dict[str, Any]) -> None:
@@ -275,6 +276,7 @@ def test_script_split_of_every_golden_script_is_bashs_where_it_has_no_expansion(
                     assert words == _bash_words(word)
 
 
+@pytest.mark.slow
 @settings(max_examples=3000)
 @given(st.one_of(st.ip_addresses().map(str), st.text(alphabet="0123456789abcdefgx.:%-", max_size=45)))
 def test_fast_ip_check_agrees_with_ipaddress(host: str) -> None:
@@ -307,6 +309,7 @@ def test_reinvocation_does_not_decide_what_the_first_pass_could_not() -> None:
     assert again.pod == first.pod
 
 
+@pytest.mark.slow
 @settings(max_examples=2000)
 @given(st.one_of(st.from_regex(r"\A ?[0-9]{1,4}(\.[0-9]{1,2})?(Ki|Mi|Gi|Ti|k|M|G|T|x)? ?\Z"), st.text(max_size=8)))
 def test_quantity_memo_answers_as_the_parser_and_stays_bounded(text: str) -> None:
@@ -354,6 +357,7 @@ def test_script_split_memo_gives_fresh_lists_and_stays_bounded() -> None:
     assert huge not in shwords._SPLIT
 
 
+@pytest.mark.slow
 @settings(max_examples=2000)
 @given(
     st.from_regex(r"[a-z][a-z0-9.-]{0,20}", fullmatch=True),

@@ -288,6 +288,7 @@ def _generated(seed: int) -> str:
     return "\n".join([*lines, rnd.choice(["", "set -e", "cd /tmp && true"]), cmd + rnd.choice(["", " 2>&1 | tee l"])])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_generated_scripts_read_as_bash_runs_them(tmp_path: Path) -> None:
     """200 scripts of assignments, exports, `read -ra`, quoting and parameter expansions: every

@@ -16,6 +16,8 @@ import pytest
 from app.e2e import outcome
 
 ROOT = Path(__file__).resolve().parents[2]
+# Network namespaces of its own (root), as the rest of the tier.
+pytestmark = pytest.mark.rendezvous
 SCRIPT = """
 set -e
 ip link set lo up

@@ -11,9 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.rendezvous.testbed import Testbed
 
 ROOT = Path(__file__).resolve().parents[2]
+# Network namespaces of its own (root), as the rest of the tier.
+pytestmark = pytest.mark.rendezvous
 PROBE = "import json, sys; from app.wrapper import pathprobe as p; r = p.probe(sys.argv[1], sys.argv[2]); " \
         "print(json.dumps([r.crossed, r.first_lost, r.error, r.text()]))"  # fmt: skip
 
