@@ -586,3 +586,13 @@ def test_node_count_warnings_follow_the_pods_the_preview_counted() -> None:
     assert not [w for w in by_job["init"].warnings if "--nnodes not given" in w], by_job["init"].warnings
     node = [r for r in rows if "-node-" in r.pod]
     assert len(node) == 2 and all("one of a jobset job's several" in r.refusal for r in node), [r.refusal for r in node]
+
+
+def test_mutate_says_the_warnings_explain_says(tmp_path: Path) -> None:
+    """`mutate -f` printed the core's warnings (a one-pod job's "one of several") beside the
+    preview's own, where `explain -f` prints the preview's: both print the preview row's now."""
+    f = tmp_path / "one-pod.yaml"
+    f.write_text(ONE_POD_REPLICATED_JOB)
+    said = run_cli("mutate", "-f", str(f)).stderr
+    (prep,) = [block for block in said.split("\nJobSet/") if "-prep-" in block.split(":", 1)[0]]
+    assert "this pod is its job's only one here" in prep and "several" not in prep, prep

@@ -73,7 +73,3 @@ class Warned:
 
     def __repr__(self) -> str:
         return f"Warned({self.reason!r}, {self.text!r}{', fatal' if self.fatal else ''})"
-
-
-def texts(warnings: list[Warned]) -> list[str]:
-    return [w.text for w in warnings]
