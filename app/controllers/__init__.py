@@ -31,6 +31,7 @@ EXPANDERS: dict[tuple[str, str], Callable[[Obj], list[Obj]]] = {
     ("batch.volcano.sh", "Job"): volcano.job,
 }
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+TRAINJOB = ("trainer.kubeflow.org", "TrainJob")  # expanded with its runtime (trainer.trainjob)
 # Kinds whose controllers make workloads or pods that the preview does not expand, with what a
 # user can do instead. Named by kind, not by shape: an Argo template's `container:` is no pod
 # spec, and a `resource:` template holds its workload as a string.
@@ -110,7 +111,7 @@ def expand(
 
         def one(o: Obj) -> list[Obj] | None:
             """o's pods; [] for an object that is no workload, None for one we cannot expand."""
-            if (group_of(o), str(o.get("kind"))) == ("trainer.kubeflow.org", "TrainJob"):
+            if (group_of(o), str(o.get("kind"))) == TRAINJOB:
                 return trainer.trainjob(o, runtimes, runtime_of)
             expander = EXPANDERS.get((group_of(o), str(o.get("kind"))))
             if expander is mpi.mpijob and o.get("apiVersion") != mpi.API_VERSION:  # the Training Operator's v1

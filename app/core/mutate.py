@@ -324,17 +324,13 @@ def _json_copy(value: Any) -> Any:
     return value
 
 
-# Launchers that run nothing but training jobs: their pods are training pods whatever they run.
-TRAINING_LAUNCHERS = ("volcano", "pytorchjob", "trainjob", "jobset", "lws")
-
-
 def _not_training(pod: Obj, info: LauncherInfo, ann: dict[str, str], rdma_prefixes: tuple[str, ...]) -> str:
     """Why a pod the namespace opt-in sent us is no training pod ("" when it is one). In a
     labelled namespace every host-network pod is sent (a node exporter, a CNI agent...); only
     training gets privileged containers and device mounts."""
     if names.STATUS_ANNOTATION in ann or names.ANN_CONTAINERS in ann:
         return ""  # mutated by us already (reinvocation), or the user named its training containers
-    if info.launcher in TRAINING_LAUNCHERS:
+    if info.launcher in launchers.TRAINING_LAUNCHERS:
         return ""
     for c in pod["spec"]["containers"]:
         if _requests_devices(c, rdma_prefixes) or wrap.runs_torch_distributed(c) or _torchrun_env(c):

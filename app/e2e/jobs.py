@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core import launchers
 from app.wrapper import rules
 
 DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:26.09-py3"  # the examples' image: torch, NCCL, rdma-core
@@ -66,13 +67,34 @@ class Params:
 
 @dataclass(frozen=True)
 class Launcher:
-    name: str
-    api_version: str  # of the job object the user creates
-    kind: str
-    plural: str
+    """One launcher's e2e job shape. Its kind is the core's (app.core.launchers.BY_NAME)."""
+
+    name: str  # the core launcher's name: the one the wrapper reports
+    version: str  # the API version of the job object the user creates
     installs: str  # what a cluster needs for it (the report names it when it is missing)
     port: int  # the c10d store port its store host binds on the node
     build: Callable[[Params, str, int], list[Manifest]]
+    # The container its job shape trains in: the one the launcher names, else "trainer".
+    container: str = ""
+    # (apiVersion, kind) it needs served besides its job kind.
+    also_needs: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return launchers.BY_NAME[self.name].kinds[0].kind
+
+    @property
+    def plural(self) -> str:
+        return launchers.BY_NAME[self.name].kinds[0].plural
+
+    @property
+    def api_version(self) -> str:
+        group = launchers.BY_NAME[self.name].kinds[0].group
+        return f"{group}/{self.version}" if group else self.version
+
+    @property
+    def training_container(self) -> str:
+        return self.container or launchers.BY_NAME[self.name].container or "trainer"
 
 
 def job_name(launcher: str) -> str:
@@ -292,16 +314,14 @@ def volcano(p: Params, name: str, port: int) -> list[Manifest]:
 LAUNCHERS: dict[str, Launcher] = {
     ln.name: ln
     for ln in (
-        Launcher("job", "batch/v1", "Job", "jobs", "Kubernetes", 29411, indexed_job),
-        Launcher("statefulset", "apps/v1", "StatefulSet", "statefulsets", "Kubernetes", 29412, statefulset),
-        Launcher("jobset", "jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", "JobSet", 29413, jobset),
-        Launcher("lws", "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets", "LeaderWorkerSet",
-                 29414, leaderworkerset),
-        Launcher("pytorchjob", "kubeflow.org/v1", "PyTorchJob", "pytorchjobs", "Kubeflow Training Operator v1",
-                 29415, pytorchjob),
-        Launcher("trainjob", "trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs",
-                 "Kubeflow Trainer v2 (with JobSet)", TRAINER_PORT, trainjob),
-        Launcher("volcano", "batch.volcano.sh/v1alpha1", "Job", "jobs", "Volcano", 29416, volcano),
+        Launcher("job", "v1", "Kubernetes", 29411, indexed_job),
+        Launcher("statefulset", "v1", "Kubernetes", 29412, statefulset),
+        Launcher("jobset", "v1alpha2", "JobSet", 29413, jobset),
+        Launcher("lws", "v1", "LeaderWorkerSet", 29414, leaderworkerset),
+        Launcher("pytorchjob", "v1", "Kubeflow Training Operator v1", 29415, pytorchjob),
+        Launcher("trainjob", "v1alpha1", "Kubeflow Trainer v2 (with JobSet)", TRAINER_PORT, trainjob,
+                 also_needs=(("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"), ("jobset.x-k8s.io/v1alpha2", "JobSet"))),
+        Launcher("volcano", "v1alpha1", "Volcano", 29416, volcano, container="worker"),
     )
 }  # fmt: skip
 

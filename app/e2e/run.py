@@ -24,13 +24,6 @@ from app.e2e import capacity, outcome
 from app.e2e.jobs import JOB_LABEL, LAUNCHERS, Params, job_name, manifests, script_configmap
 
 WEBHOOK = "pods.hostnet-rdma.io"  # the chart's webhook name (mutatingwebhookconfiguration.yaml)
-CONTAINERS = {"pytorchjob": "pytorch", "trainjob": "node", "volcano": "worker"}  # else "trainer"
-# What each launcher needs served besides its job kind.
-ALSO_NEEDS = {
-    "trainjob": [("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"), ("jobset.x-k8s.io/v1alpha2", "JobSet")]
-}
-# The launcher name the wrapper reports for each job shape.
-WRAPPER_LAUNCHER = {"trainjob": "trainjob"}
 # Kueue (--cluster-queue): the LocalQueue the run creates in its namespace; the versions of
 # Kueue's API it can use, newest first; the launchers Kueue does not manage.
 LOCAL_QUEUE = "hostnet-rdma-e2e"
@@ -88,7 +81,7 @@ def opt_in_labels(api: Any, webhook: str = WEBHOOK) -> tuple[dict[str, str], dic
 def present(objects: kube.Objects) -> dict[str, bool]:
     out: dict[str, bool] = {}
     for name, ln in LAUNCHERS.items():
-        needs = [(ln.api_version, ln.kind), *ALSO_NEEDS.get(name, [])]
+        needs = [(ln.api_version, ln.kind), *ln.also_needs]
         out[name] = all(objects.served(v, k) for v, k in needs)
     return out
 
@@ -108,7 +101,7 @@ class Follow:
         # job may take 10 minutes: Pending and why, pulling, running, its pods' first lines).
         self.say, self.every = say, every
         self.name = job_name(launcher)
-        self.container = CONTAINERS.get(launcher, "trainer")
+        self.container = LAUNCHERS[launcher].training_container
         self.result: outcome.Result | None = None
 
     def logs(self, pods: list[dict[str, Any]]) -> dict[str, str]:
@@ -184,7 +177,7 @@ class Follow:
         seconds = time.monotonic() - t0
         if state.state == "completed":
             self.result = self.unqueued(outcome.judge(
-                self.launcher, WRAPPER_LAUNCHER.get(self.launcher, self.launcher), pods, logs, self.container,
+                self.launcher, self.launcher, pods, logs, self.container,
                 self.params.nodes, world, self.params.backend == "nccl", seconds,
             ))  # fmt: skip
             return

@@ -18,22 +18,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from app.core import launchers
 from app.events.record import Regarding
 
-# The kinds Events are recorded on, by API group: the resource to read. A pod owned by another
-# kind gets its admission warnings and status annotation, and no Event.
-KINDS: dict[tuple[str, str], str] = {
-    ("batch", "Job"): "jobs",
-    ("apps", "StatefulSet"): "statefulsets",
-    ("apps", "ReplicaSet"): "replicasets",
-    ("apps", "DaemonSet"): "daemonsets",
-    ("jobset.x-k8s.io", "JobSet"): "jobsets",
-    ("batch.volcano.sh", "Job"): "jobs",
-    ("kubeflow.org", "PyTorchJob"): "pytorchjobs",
-    ("kubeflow.org", "MPIJob"): "mpijobs",
-    ("trainer.kubeflow.org", "TrainJob"): "trainjobs",
-    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkersets",
-}
+# The kinds Events are recorded on, by API group: the resource to read (the launchers' own
+# declaration). A pod owned by another kind gets its admission warnings and status annotation,
+# and no Event.
+KINDS: dict[tuple[str, str], str] = launchers.KINDS
 
 
 def resource_of(about: Regarding) -> tuple[str, str, str] | None:

@@ -1,62 +1,123 @@
 #!/usr/bin/env python3
-"""Where one admission's time goes, in-process: parse, copy, mutate, diff, response.
-Add --profile for the cProfile top functions of mutate(). Usage: profile_core.py [--profile]"""
+"""Where one admission's time goes, in process: `answer()` whole on the bench bodies (the
+AdmissionReviews `make bench` sends, with the chart's config), then its parts. Run it from the
+compiled tree to time the core as the image ships it:
+
+    scripts/bench/profile_core.py [--compiled] [--n 20000] [--profile] [--soak SECONDS]
+
+--compiled re-runs itself from scripts/testenv/build-compiled.sh's tree. --profile adds the
+cProfile top functions of answer(). --soak samples the live heap of answer() alone."""
 
 from __future__ import annotations
 
+import argparse
+import gc
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(os.environ.get("HOSTNET_RDMA_SRC", Path(__file__).resolve().parents[2]))
+HERE = Path(__file__).resolve().parent
+if "--compiled" in sys.argv and not os.environ.get("HOSTNET_RDMA_COMPILED"):
+    tree = subprocess.run(["bash", str(HERE.parents[1] / "scripts" / "testenv" / "build-compiled.sh")],
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHON": sys.executable}).stdout.strip().splitlines()[-1]  # fmt: skip
+    env = {**os.environ, "HOSTNET_RDMA_COMPILED": tree, "PYTHONPATH": tree,
+           "HOSTNET_RDMA_SRC": str(HERE.parents[1])}  # fmt: skip
+    os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], env)
+sys.path.insert(0, os.environ.get("HOSTNET_RDMA_COMPILED") or str(ROOT))
+sys.path.insert(1, str(HERE))
 
 import orjson  # noqa: E402
 import yaml  # noqa: E402
 
-from app.core import Params, mutate  # noqa: E402
+from app import config, review  # noqa: E402  (first: run.py puts the source tree on the path)
+from app.core import mutate  # noqa: E402
 from app.core import patch as jp  # noqa: E402
-from app.review import build_response  # noqa: E402
-from app.wrapper import payload  # noqa: E402
+
+import run as bench  # noqa: E402
+
+
+def load_bodies() -> list[bytes]:
+    """The bench's bodies (scripts/bench/run.py), each as the load generator sends it."""
+    with tempfile.TemporaryDirectory() as d:
+        bench.bodies(Path(d))
+        return [p.read_bytes() for p in sorted(Path(d).glob("*.json"))]
+
+
+def chart_params() -> review.Params:
+    with tempfile.TemporaryDirectory() as d:
+        cfg = config.load(bench.chart_config(Path(d)))
+    return review.params_for(cfg, "default")
 
 
 def main() -> None:
-    pods = []
-    for f in sorted((ROOT / "tests" / "golden").glob("*/*.yaml")):
-        if not f.name.endswith(".expected.yaml"):
-            pod = yaml.safe_load(f.read_text())
-            if pod["spec"].get("hostNetwork"):
-                pods.append(pod)
-    bodies = [orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                            "request": {"uid": "u", "operation": "CREATE", "object": p}}) for p in pods]  # fmt: skip
-    from app import config
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compiled", action="store_true")
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--soak", type=float, default=0)
+    args = ap.parse_args()
+    where = sys.modules["app.core.mutate"].__file__ or ""
+    print(f"core: {'compiled' if where.endswith('.so') else 'interpreted'}; "
+          f"{sys.version.split()[0]}")  # fmt: skip
+    bodies = load_bodies()
+    params = chart_params()
+    # A fresh uid each review, as the API server sends: nothing may be answered from a cache.
+    templates = [b.replace(b'"uid": "bench-', b'"uid": "%d-') for b in bodies]
+    n = args.n
+    feed = [templates[i % len(templates)] % i for i in range(n)]
+    for b in feed[:2000]:
+        review.answer(b, params)  # warm the per-namespace Params and the allocator
+    gc.collect()
+    start = time.perf_counter()
+    for b in feed:
+        review.answer(b, params)
+    whole = (time.perf_counter() - start) / n * 1e6
+    print(f"answer    {whole:6.1f} us a review ({len(bodies)} bodies, {n} reviews)")
 
-    cfg = config.from_dict({"wrapper": {"image": "registry.example/hostnet-rdma:bench"}})
-    params = Params(config=cfg, namespace="default", wrapper_payload=payload(), version="bench")
-    results = [mutate(p, params).pod for p in pods]
+    requests = [orjson.loads(b)["request"] for b in bodies]
+    pods = [r["object"] for r in requests]
+    ns = [review._in_namespace(params, r["namespace"]) for r in requests]
+    results = [mutate(p, q).pod for p, q in zip(pods, ns, strict=True)]
     ops = [jp.diff(a, b) for a, b in zip(pods, results, strict=True)]
-    n = 5000
+    k = max(n // 4, 1000)
 
     def timed(name: str, fn: Callable[[int], object]) -> None:
         start = time.perf_counter()
-        for i in range(n):
+        for i in range(k):
             fn(i % len(pods))
-        print(f"{name:9s} {(time.perf_counter() - start) / n * 1e6:6.1f} us")
+        print(f"  {name:9s} {(time.perf_counter() - start) / k * 1e6:6.1f} us")
 
-    timed("parse", lambda i: orjson.loads(bodies[i]))
-    timed("copy", lambda i: orjson.loads(orjson.dumps(pods[i])))
-    timed("mutate", lambda i: mutate(pods[i], params))
+    timed("parse", lambda i: review.parse(bodies[i]))
+    timed("mutate", lambda i: mutate(pods[i], ns[i]))
     timed("diff", lambda i: jp.diff(pods[i], results[i]))
-    timed("response", lambda i: build_response("u", ops[i], []))
-    print(f"mean response bytes {sum(len(build_response('u', o, [])) for o in ops) // len(ops)}")
-    if "--profile" in sys.argv:
+    timed("dumps", lambda i: orjson.dumps(ops[i]))
+    timed("response", lambda i: review.build_response("u", ops[i], []))
+    if args.profile:
         import cProfile
         import pstats
 
         prof = cProfile.Profile()
-        prof.runcall(lambda: [mutate(pods[i % len(pods)], params) for i in range(3000)])
-        pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+        prof.runcall(lambda: [review.answer(b, params) for b in feed[:5000]])
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    if args.soak:
+        import tracemalloc
+
+        tracemalloc.start()
+        end = time.monotonic() + args.soak
+        i = 0
+        while time.monotonic() < end:
+            for b in feed:
+                review.answer(b, params)
+            i += 1
+            gc.collect()
+            cur, _ = tracemalloc.get_traced_memory()
+            print(f"  soak round {i}: {cur / 2**20:.2f} MiB traced, {len(gc.get_objects())} objects", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.launchers.base import Launcher, LauncherInfo, Pod
+from app.core.launchers.base import Kind, Launcher, LauncherInfo, Pod
 from app.core.launchers.generic import IndexedJob, PlainPod, StatefulSet
 from app.core.launchers.jobset import JobSet, TrainJob
 from app.core.launchers.lws import LeaderWorkerSet
@@ -25,6 +25,14 @@ LAUNCHERS: tuple[Launcher, ...] = (
 )
 
 
+# What the other tables read of the adapters (docs/development.md, "Adding a launcher").
+BY_NAME: dict[str, Launcher] = {launcher.name: launcher for launcher in LAUNCHERS}
+# Launchers that run nothing but training jobs: their pods are training pods whatever they run.
+TRAINING_LAUNCHERS: frozenset[str] = frozenset(launcher.name for launcher in LAUNCHERS if launcher.training_only)
+# (API group, kind) -> plural of every kind whose controller makes a launcher's pods.
+KINDS: dict[tuple[str, str], str] = {(k.group, k.kind): k.plural for launcher in LAUNCHERS for k in launcher.kinds}
+
+
 def describe(pod: Pod, rdzv_port: int) -> LauncherInfo:
     for launcher in LAUNCHERS:
         if launcher.detect(pod):
@@ -32,4 +40,4 @@ def describe(pod: Pod, rdzv_port: int) -> LauncherInfo:
     raise AssertionError("PlainPod always detects")  # pragma: no cover
 
 
-__all__ = ["LAUNCHERS", "LauncherInfo", "describe"]
+__all__ = ["BY_NAME", "KINDS", "LAUNCHERS", "TRAINING_LAUNCHERS", "Kind", "Launcher", "LauncherInfo", "describe"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from app.core import budget
 
@@ -96,8 +96,29 @@ class LauncherInfo:
         return tuple(f"{b}.{namespace}.svc.{cluster_domain}" for b in bases) if namespace else tuple(bases)
 
 
+class Kind(NamedTuple):
+    """An object users create whose controller makes a launcher's pods (and owns them, or a
+    Job or StatefulSet of its own that does): what Events are recorded on, what the preview
+    expands, what the chart's RBAC reads."""
+
+    group: str
+    kind: str
+    plural: str
+
+
 class Launcher(Protocol):
+    """A launcher's identity, declared once here and read by every table that needs it: the
+    core's order (app.core.launchers), Events (app.events.gates.KINDS), the preview
+    (app.controllers.EXPANDERS), the e2e jobs and the cluster tier's controllers."""
+
     name: str
+    kinds: tuple[Kind, ...]
+    # Its pods are training pods by ownership, whatever they run.
+    training_only: bool
+    # The container it runs training in, when it names one ("" when any may).
+    container: str
+    # Its controller in the cluster tier's pins (scripts/testenv/launchers.pins); "" for Kubernetes'.
+    controller: str
 
     def detect(self, pod: Pod) -> bool: ...
 
@@ -138,8 +159,9 @@ def name(pod: Pod) -> str:
     return str(meta(pod).get("name") or "")
 
 
-def owner(pod: Pod, group: str, kind: str) -> dict[str, Any] | None:
+def owner(pod: Pod, of: Kind) -> dict[str, Any] | None:
     """The ownerReference of that API group and kind, if any."""
+    group, kind = of.group, of.kind
     refs = meta(pod).get("ownerReferences")
     if not isinstance(refs, list):
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.launchers.base import LauncherInfo, Pod, dns_name, hostname_and_subdomain, name, owner, pod_labels
+from app.core.launchers.base import Kind, LauncherInfo, Pod, dns_name, hostname_and_subdomain, name, owner, pod_labels
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
@@ -17,13 +17,17 @@ def _peers(job: str) -> tuple[str, ...]:
 
 class IndexedJob:
     name = "job"
+    kinds = (Kind("batch", "Job", "jobs"),)
+    training_only = False
+    container = ""
+    controller = ""
 
     def detect(self, pod: Pod) -> bool:
-        return COMPLETION_INDEX in pod_labels(pod) or owner(pod, "batch", "Job") is not None
+        return COMPLETION_INDEX in pod_labels(pod) or owner(pod, self.kinds[0]) is not None
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
         lab = pod_labels(pod)
-        ref = owner(pod, "batch", "Job") or {}
+        ref = owner(pod, self.kinds[0]) or {}
         hostname, subdomain = hostname_and_subdomain(pod)
         job = str(ref.get("name") or lab.get("batch.kubernetes.io/job-name") or "")
         return LauncherInfo(
@@ -39,12 +43,16 @@ class IndexedJob:
 
 class StatefulSet:
     name = "statefulset"
+    kinds = (Kind("apps", "StatefulSet", "statefulsets"),)
+    training_only = False
+    container = ""
+    controller = ""
 
     def detect(self, pod: Pod) -> bool:
-        return STS_POD_NAME in pod_labels(pod) or owner(pod, "apps", "StatefulSet") is not None
+        return STS_POD_NAME in pod_labels(pod) or owner(pod, self.kinds[0]) is not None
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
-        ref = owner(pod, "apps", "StatefulSet") or {}
+        ref = owner(pod, self.kinds[0]) or {}
         hostname, subdomain = hostname_and_subdomain(pod)
         hostname = hostname or name(pod) or pod_labels(pod).get(STS_POD_NAME, "")
         return LauncherInfo(
@@ -60,6 +68,12 @@ class StatefulSet:
 
 class PlainPod:
     name = "pod"
+    # A pod of its own, or of a Deployment's ReplicaSet or a DaemonSet: its owner, if any, is
+    # what an Event is recorded on.
+    kinds = (Kind("apps", "ReplicaSet", "replicasets"), Kind("apps", "DaemonSet", "daemonsets"))
+    training_only = False
+    container = ""
+    controller = ""
 
     def detect(self, pod: Pod) -> bool:
         return True

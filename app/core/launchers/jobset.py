@@ -10,6 +10,7 @@ the conventional c10d store `<js>-<rjob>-0-0.<subdomain>` when the user names no
 from __future__ import annotations
 
 from app.core.launchers.base import (
+    Kind,
     LauncherInfo,
     Pod,
     containers,
@@ -54,6 +55,10 @@ class TrainJob:
     """Kubeflow Trainer v2: a JobSet whose `node` container carries PET_MASTER_ADDR."""
 
     name = "trainjob"
+    kinds = (Kind("trainer.kubeflow.org", "TrainJob", "trainjobs"),)
+    training_only = True
+    container = "node"
+    controller = "trainer"
 
     def detect(self, pod: Pod) -> bool:
         if not _jobset(pod)[0]:
@@ -64,11 +69,15 @@ class TrainJob:
         return False
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
-        return _info(self.name, pod, designated="node")
+        return _info(self.name, pod, designated=self.container)
 
 
 class JobSet:
     name = "jobset"
+    kinds = (Kind("jobset.x-k8s.io", "JobSet", "jobsets"),)
+    training_only = True
+    container = ""
+    controller = "jobset"
 
     def detect(self, pod: Pod) -> bool:
         return bool(_jobset(pod)[0])

@@ -9,7 +9,7 @@ differ, and pods have no UID yet), which matters only for etcd backends (c10d ke
 
 from __future__ import annotations
 
-from app.core.launchers.base import LauncherInfo, Pod, dns_name, hostname_and_subdomain, name, pod_labels
+from app.core.launchers.base import Kind, LauncherInfo, Pod, dns_name, hostname_and_subdomain, name, pod_labels
 
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
@@ -18,6 +18,10 @@ GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 
 class LeaderWorkerSet:
     name = "lws"
+    kinds = (Kind("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets"),)
+    training_only = True
+    container = ""
+    controller = "lws"
 
     def detect(self, pod: Pod) -> bool:
         return LWS_NAME in pod_labels(pod)

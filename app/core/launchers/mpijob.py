@@ -5,7 +5,7 @@ what matters is that sshd gives each rank a fresh environment (inject.nccl_env s
 
 from __future__ import annotations
 
-from app.core.launchers.base import LauncherInfo, Pod, dns_name, hostname_and_subdomain, meta, owner, pod_labels
+from app.core.launchers.base import Kind, LauncherInfo, Pod, dns_name, hostname_and_subdomain, meta, owner, pod_labels
 
 JOB_NAME = "training.kubeflow.org/job-name"
 OPERATOR = "training.kubeflow.org/operator-name"
@@ -14,6 +14,11 @@ ROLE = "training.kubeflow.org/job-role"
 
 class MPIJob:
     name = "mpijob"
+    kinds = (Kind("kubeflow.org", "MPIJob", "mpijobs"),)
+    # Its launcher pod runs mpirun, not training: a pod of its is judged by what it runs.
+    training_only = False
+    container = ""
+    controller = "mpi-operator"
 
     def detect(self, pod: Pod) -> bool:
         # The launcher's owner is the operator's Job: its labels say whose it is. Read raw: every
@@ -21,10 +26,10 @@ class MPIJob:
         labels = meta(pod).get("labels")
         if isinstance(labels, dict) and labels.get(OPERATOR) == "mpi-operator":
             return True
-        return owner(pod, "kubeflow.org", "MPIJob") is not None
+        return owner(pod, self.kinds[0]) is not None
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
-        ref = owner(pod, "kubeflow.org", "MPIJob") or {}
+        ref = owner(pod, self.kinds[0]) or {}
         job = dns_name(pod_labels(pod).get(JOB_NAME) or str(ref.get("name") or ""))
         hostname, subdomain = hostname_and_subdomain(pod)
         return LauncherInfo(

@@ -10,7 +10,7 @@ Without elasticPolicy it sets MASTER_ADDR (static rendezvous): nothing to fix bu
 
 from __future__ import annotations
 
-from app.core.launchers.base import LauncherInfo, Pod, dns_name, name, owner, pod_labels
+from app.core.launchers.base import Kind, LauncherInfo, Pod, dns_name, name, owner, pod_labels
 
 JOB_NAME = "training.kubeflow.org/job-name"
 OPERATOR = "training.kubeflow.org/operator-name"
@@ -18,15 +18,19 @@ OPERATOR = "training.kubeflow.org/operator-name"
 
 class PyTorchJob:
     name = "pytorchjob"
+    kinds = (Kind("kubeflow.org", "PyTorchJob", "pytorchjobs"),)
+    training_only = True
+    container = "pytorch"
+    controller = "training-operator"
 
     def detect(self, pod: Pod) -> bool:
-        if owner(pod, "kubeflow.org", "PyTorchJob") is not None:
+        if owner(pod, self.kinds[0]) is not None:
             return True
         lab = pod_labels(pod)
         return JOB_NAME in lab and lab.get(OPERATOR, "pytorchjob-controller") == "pytorchjob-controller"
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
-        ref = owner(pod, "kubeflow.org", "PyTorchJob") or {}
+        ref = owner(pod, self.kinds[0]) or {}
         job = dns_name(pod_labels(pod).get(JOB_NAME) or str(ref.get("name") or ""))
         pod_name = name(pod)
         return LauncherInfo(
@@ -37,6 +41,6 @@ class PyTorchJob:
             service_per_pod=True,
             # Endpoint, backend and nnodes arrive as PET_* env from the operator.
             rdzv_id=str(ref.get("uid") or job),
-            designated_container="pytorch",
+            designated_container=self.container,
             peers=(f"{job}-*",) if job else (),
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from app.core.launchers.base import (
+    Kind,
     LauncherInfo,
     Pod,
     dns_name,
@@ -33,13 +34,17 @@ _NUM_ENV = re.compile(r"^VC_(.+)_NUM$")
 
 class Volcano:
     name = "volcano"
+    kinds = (Kind("batch.volcano.sh", "Job", "jobs"),)
+    training_only = True
+    container = ""
+    controller = "volcano"
 
     def detect(self, pod: Pod) -> bool:
-        return owner(pod, "batch.volcano.sh", "Job") is not None or JOB_NAME in pod_labels(pod)
+        return owner(pod, self.kinds[0]) is not None or JOB_NAME in pod_labels(pod)
 
     def describe(self, pod: Pod, rdzv_port: int) -> LauncherInfo:
         lab, ann = pod_labels(pod), pod_annotations(pod)
-        ref = owner(pod, "batch.volcano.sh", "Job") or {}
+        ref = owner(pod, self.kinds[0]) or {}
         job = dns_name(lab.get(JOB_NAME) or ann.get(JOB_NAME) or str(ref.get("name") or ""))
         task = dns_name(lab.get(TASK_SPEC) or ann.get(TASK_SPEC) or "")
         hostname, subdomain = hostname_and_subdomain(pod)
