@@ -20,7 +20,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 # The modules every admission runs: the core, the rules it shares with the wrapper, the review.
-COMPILED = sorted([str(p) for p in Path("app/core").rglob("*.py")] + ["app/wrapper/rules.py", "app/review.py"])
+COMPILED = sorted([str(p) for p in Path("app/core").rglob("*.py")] + ["app/wrapper/rules.py", "app/webhook/review.py"])
 
 
 def compiling() -> bool:

@@ -26,8 +26,9 @@ from cryptography import x509
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from app import events, tls
+from app import events
 from app.core import selection
+from app.webhook import tls
 
 log = logging.getLogger("hostnet_rdma.certs")
 

@@ -1,4 +1,4 @@
-"""Certificates signed by a test CA with what app.tls does not make: an expired serving pair,
+"""Certificates signed by a test CA with what app.webhook.tls does not make: an expired serving pair,
 a client certificate."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from app import tls
+from app.webhook import tls
 
 
 def signed(ca: tls.Pair, common_name: str, valid: tuple[dt.timedelta, dt.timedelta],

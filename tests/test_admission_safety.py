@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from app import config, review
+from app import config
 from app.core import Params, UnsupportedPod, mutate
 from app.core.mutate import training_containers
+from app.webhook import review
 
 INIT = config.from_dict({"wrapper": {"delivery": "initContainer", "image": "registry.example/hostnet-rdma:1"}})
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from app.core import Params, names
 from app.core import budget as cost
-from app.server import core_build
+from app.webhook.server import core_build
 from app.wrapper import payload
 from tests import costutil
 from tests.test_tenant_cost import answered

@@ -17,9 +17,9 @@ import yaml
 
 from app import __version__, config
 from app.core import Params, mutate
-from app.review import ReviewResult
-from app.server import create_app
-from app.settings import ServerSettings
+from app.webhook.review import ReviewResult
+from app.webhook.server import create_app
+from app.webhook.settings import ServerSettings
 from app.wrapper import payload
 from tests.patching import apply_patch
 
@@ -223,20 +223,20 @@ def test_reviews_of_one_loop_turn_are_answered_in_batches_each_its_own(
 
 
 def test_a_bug_in_one_review_of_a_batch_fails_that_request_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    import app.server
+    import app.webhook.server
 
     app_ = create_app(ServerSettings(config=None))
     handler = app_.admission
     monkeypatch.setattr(handler, "BUSY_SECONDS", 60.0)
     pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
-    real = app.server.answer
+    real = app.webhook.server.answer
 
     def answer(body: bytes, params: Params) -> ReviewResult:
         if b'"boom"' in body:
             raise RuntimeError("a bug")
         return real(body, params)
 
-    monkeypatch.setattr(app.server, "answer", answer)
+    monkeypatch.setattr(app.webhook.server, "answer", answer)
 
     async def go() -> list[Any]:
         headers = {b"content-type": b"application/json"}
@@ -251,7 +251,7 @@ def test_a_bug_in_one_review_of_a_batch_fails_that_request_alone(monkeypatch: py
 def test_each_namespace_gets_its_own_params_and_a_new_config_drops_the_old_ones() -> None:
     """review._in_namespace keeps one Params per request namespace for the live Params: the
     namespace must be the request's, and a config reload (a new Params) must not see stale ones."""
-    from app import review
+    from app.webhook import review
 
     live = Params(config=config.from_dict({}), namespace="default", wrapper_payload="p", version="v")
     a, b = review._in_namespace(live, "team-a"), review._in_namespace(live, "team-b")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app import tls
+from app.webhook import tls
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench"
 # It builds the Go load generator and stall probe first.

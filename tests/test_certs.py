@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from app import kube, tls
+from app import kube
+from app.webhook import tls
 
 
 def certs(tmp_path: Path, extra: tuple[str, ...] = ()) -> kube.SelfManagedCerts:
@@ -137,8 +138,8 @@ def test_readiness_fails_while_the_served_certificate_is_expired() -> None:
 
     import httpx
 
-    from app.server import create_app
-    from app.settings import ServerSettings
+    from app.webhook.server import create_app
+    from app.webhook.settings import ServerSettings
 
     async def ready(expiry: float) -> httpx.Response:
         app = create_app(ServerSettings(config=None), cert_expiry=lambda: expiry)

@@ -366,8 +366,8 @@ def test_the_wrapper_image_follows_the_webhook_image_to_the_users_registry() -> 
 )
 def test_the_previews_config_is_the_configmap_the_chart_renders(sets: list[str], kube: str) -> None:
     """`hostnet-rdma mutate/explain -f` with the chart's values (or none) compute the webhook's
-    config as templates/configmap.yaml does (app/chart.py), for every delivery choice."""
-    from app import chart
+    config as templates/configmap.yaml does (app/preview/chart.py), for every delivery choice."""
+    from app.preview import chart
 
     p = helm(
         "template", "hostnet-rdma", str(CHART), "--namespace", "hostnet-rdma-system", "--kube-version", kube, *sets
@@ -391,7 +391,8 @@ def test_the_previews_config_is_the_configmap_the_chart_renders(sets: list[str],
 
 
 def test_the_charts_defaults_are_the_previews() -> None:
-    from app import __version__, chart
+    from app import __version__
+    from app.preview import chart
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     meta = yaml.safe_load((CHART / "Chart.yaml").read_text())

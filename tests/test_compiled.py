@@ -48,10 +48,10 @@ def test_the_compiled_core_gives_the_same_outputs(compiled_tree: Path, tmp_path:
     shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "REFRESH_GOLDEN")}
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys, app.core.mutate, app.wrapper.rules, app.review; "
-                               "from app.server import core_build; "
+        [sys.executable, "-c", "import sys, app.core.mutate, app.wrapper.rules, app.webhook.review; "
+                               "from app.webhook.server import core_build; "
                                "print(core_build(), *(sys.modules[m].__file__ for m in ('app.core.mutate', "
-                               "'app.wrapper.rules', 'app.review')))"],
+                               "'app.wrapper.rules', 'app.webhook.review')))"],
         cwd=work, capture_output=True, text=True, env=env,
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr

@@ -19,7 +19,7 @@ import yaml
 
 from app import config
 from app.core.params import InjectConfig
-from app.settings import ServerSettings
+from app.webhook.settings import ServerSettings
 from app.wrapper import rules, sitecustomize
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +44,7 @@ def test_env_names_are_spelled_only_in_the_rules_module() -> None:
                 continue  # docstrings may mention them
             copies += [f"{path.relative_to(ROOT)}: {m}" for m in re.findall(r"HOSTNET_RDMA_[A-Z_]+", literal)]
     # The start-up hook runs in every Python process and must not import the rules for nothing.
-    allowed = {f"app/wrapper/sitecustomize.py: {sitecustomize.ENV_HANDLED}", "app/settings.py: HOSTNET_RDMA_"}
+    allowed = {f"app/wrapper/sitecustomize.py: {sitecustomize.ENV_HANDLED}", "app/webhook/settings.py: HOSTNET_RDMA_"}
     assert sitecustomize.ENV_HANDLED == rules.ENV_HANDLED
     assert set(copies) <= allowed, f"a second copy of an env name: {sorted(set(copies) - allowed)}"
 

@@ -21,11 +21,13 @@ from typing import Any
 import pytest
 import yaml
 
-from app import controllers, preview, review, shellread
+from app import preview
 from app.cli.common import preview_config
 from app.cli.explain import data
 from app.core import selection
 from app.core import wrap as core_wrap
+from app.preview import controllers, shellread
+from app.webhook import review
 from app.wrapper import rules
 
 CORPUS = Path(__file__).parent / "corpus"

@@ -17,9 +17,9 @@ import yaml
 
 from app import events
 from app.core import InjectConfig, Params, Warned, mutate, reasons
-from app.review import answer
-from app.server import create_app
-from app.settings import ServerSettings
+from app.webhook.review import answer
+from app.webhook.server import create_app
+from app.webhook.settings import ServerSettings
 from app.wrapper import payload
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -15,7 +15,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from app import tls
+from app.webhook import tls
 from tests.apiserver.conftest import ExternalCluster
 from tests.certutil import signed
 

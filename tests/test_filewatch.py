@@ -1,4 +1,4 @@
-"""app.filewatch against the real watcher (watchfiles over inotify): what wakes the callback,
+"""app.webhook.filewatch against the real watcher (watchfiles over inotify): what wakes the callback,
 what does not, and how often its thread wakes beside the server's event loop."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app import filewatch
+from app.webhook import filewatch
 
 POLL = 60.0  # longer than every test here: a tick seen is a change seen, not the poll
 

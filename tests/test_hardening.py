@@ -9,8 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
-from app import config, review
+from app import config
 from app.core import ConfigError, Params, Profile, mutate
+from app.webhook import review
 
 
 def pod(annotations: dict[str, str]) -> dict[str, Any]:

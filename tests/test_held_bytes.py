@@ -1,11 +1,11 @@
-"""The bound on request bodies held at once (app.server.HeldBytes): first come, first served;
+"""The bound on request bodies held at once (app.webhook.server.HeldBytes): first come, first served;
 a request larger than the bound runs alone; a cancelled waiter never leaks its share."""
 
 from __future__ import annotations
 
 import asyncio
 
-from app.server import HeldBytes
+from app.webhook.server import HeldBytes
 
 
 def test_requests_wait_their_turn_and_go_in_order() -> None:

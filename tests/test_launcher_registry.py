@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import controllers
 from app.core import launchers
 from app.e2e import jobs as e2e_jobs
 from app.events import KINDS
+from app.preview import controllers
 
 ROOT = Path(__file__).resolve().parents[1]
 # Kinds the preview expands that own no launcher's pods: a bare pod, and a Deployment (its pods

@@ -1,5 +1,5 @@
 """The preview of job files (`mutate -f`, `explain -f`): each launcher's controller's pods
-(app.controllers), mutated as a default install would, and what each pod's wrapper decides.
+(app.preview.controllers), mutated as a default install would, and what each pod's wrapper decides.
 The expansions are held to the real controllers' pods in the cluster tier (tests/cluster/held.py);
 here, to the pods read back from them earlier (tests/golden), and the decisions, table by table."""
 
@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from app import chart, config, controllers, preview, review
+from app import config, preview
 from app.core import selection
+from app.preview import chart, controllers
+from app.webhook import review
 from tests.cliutil import run_cli
 from tests.cluster.held import differences
 from tests.seedfiles import load, plain_torchrun

@@ -417,7 +417,7 @@ def test_the_written_out_inits_take_the_dataclass_fields() -> None:
     from app.core.inject import Context
     from app.core.launchers.base import LauncherInfo
     from app.core.mutate import Result
-    from app.review import ReviewResult
+    from app.webhook.review import ReviewResult
 
     checked = []
     for cls in (LauncherInfo, Result, Context, ReviewResult):

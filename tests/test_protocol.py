@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.protocol import CoalescingTransport
+from app.webhook.protocol import CoalescingTransport
 
 
 class Recording(asyncio.Transport):
@@ -91,7 +91,7 @@ def test_the_servers_protocol_writes_through_a_coalescing_transport() -> None:
     from uvicorn.config import Config
     from uvicorn.server import ServerState
 
-    from app.protocol import bounded_protocol
+    from app.webhook.protocol import bounded_protocol
 
     async def asgi(scope: Any, receive: Any, send: Any) -> None:  # never called here
         raise AssertionError
@@ -118,7 +118,7 @@ def test_request_deadlines_are_swept_under_a_second_event_loop() -> None:
     from uvicorn.config import Config
     from uvicorn.server import ServerState
 
-    from app.protocol import bounded_protocol
+    from app.webhook.protocol import bounded_protocol
 
     async def asgi(scope: Any, receive: Any, send: Any) -> None:  # never called here
         raise AssertionError

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app import controllers, preview, shellread
+from app import preview
+from app.preview import controllers, shellread
 from tests.test_corpus import bash_argv, preview_with_configmaps
 
 # k8s.io/kubernetes third_party/forked/golang/expansion/expand_test.go's cases (inputs and what

@@ -11,9 +11,9 @@ from typing import Any, NamedTuple
 import orjson
 import pytest
 
-from app import review
 from app.core import Params, mutate, names
 from app.core import budget as cost
+from app.webhook import review
 from app.wrapper import payload, rules
 from tests import costutil
 

@@ -11,7 +11,7 @@ import yaml
 
 from app.core import Params
 from app.core.params import BM_GPU4_8_HCAS
-from app.explain import explain
+from app.preview.explain import explain
 from app.verify import expected_devices, verify
 from tests.cliutil import run_cli
 

@@ -113,7 +113,7 @@ def _kube_version(text: str) -> str:
     """--kube-version as argparse checks it: a usage error, not a traceback."""
     import argparse
 
-    from app import chart
+    from app.preview import chart
 
     try:
         chart.from_values(None, text)
@@ -126,7 +126,7 @@ def preview_config(path: str | None, kube_version: str | None) -> InjectConfig:
     """The webhook's config for a preview: the chart's config: block (or a values file) resolved
     as the chart resolves it, the webhook's own ConfigMap or config file as it is, or the
     chart's defaults."""
-    from app import chart
+    from app.preview import chart
 
     version = kube_version or chart.KUBE_VERSION
     if path is None:
@@ -164,12 +164,14 @@ def preview_config(path: str | None, kube_version: str | None) -> InjectConfig:
 
 def run_preview(args: Any, objects: list[dict[str, Any]] | None = None) -> tuple[list[Any], bool, list[Any]]:
     """The preview rows (app.preview.Row) of the files in args, whether the input was a single
-    Pod, and the objects without pods (app.controllers.Expansion: not workloads, or workloads
+    Pod, and the objects without pods (app.preview.controllers.Expansion: not workloads, or workloads
     the preview cannot expand). From the cluster (--from-cluster) or offline."""
     import dataclasses
 
-    from app import controllers, preview, review
+    from app import preview
     from app.core import selection
+    from app.preview import controllers
+    from app.webhook import review
 
     # The objects as the caller read them: stdin (`-f -`) can be read once only.
     objects = read_objects(args.file) if objects is None else objects

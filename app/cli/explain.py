@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import Any
 
-from app import preview, review
+from app import preview
 from app.cli.common import (
     CommandError,
     add_cluster_args,
@@ -32,7 +32,8 @@ from app.cli.common import (
     without_pods,
 )
 from app.core import selection
-from app.explain import explain
+from app.preview.explain import explain
+from app.webhook import review
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

@@ -14,18 +14,18 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app import tls
 from app.core import ConfigError
-from app.settings import ServerSettings
+from app.webhook import tls
+from app.webhook.settings import ServerSettings
 
 if TYPE_CHECKING:  # the server's modules load only for `serve`, not for every command
-    from app.server import ConfigHolder
+    from app.webhook.server import ConfigHolder
 
 DEV_CERT_DIR = Path("dev-certs")
 
 
 def configure_logging(level: str) -> None:
-    from app.server import JsonLogFormatter
+    from app.webhook.server import JsonLogFormatter
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLogFormatter())
@@ -38,7 +38,7 @@ def configure_logging(level: str) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.server import ConfigHolder, create_app
+    from app.webhook.server import ConfigHolder, create_app
 
     overrides: dict[str, Any] = {
         k: v
@@ -82,7 +82,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(settings, holder, cert_expiry=lambda: cert.expiry.timestamp(),
                      cert_refused=lambda: cert.refused, on_startup=background.start, recorder=recorder)  # fmt: skip
 
-    from app.protocol import bounded_protocol
+    from app.webhook.protocol import bounded_protocol
 
     config = uvicorn.Config(
         app,
@@ -100,7 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # On SIGTERM: stop accepting, finish in-flight requests, but never hang on a slow client.
         timeout_graceful_shutdown=20,
     )
-    from app.server import core_build
+    from app.webhook.server import core_build
 
     log.info("serving https://%s:%s (certs %s, core %s)", settings.host, settings.port, settings.cert_dir, core_build())
     if args.dev:

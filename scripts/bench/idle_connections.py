@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import run  # noqa: E402
 
-from app import tls  # noqa: E402
+from app.webhook import tls  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:

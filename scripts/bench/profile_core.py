@@ -33,23 +33,25 @@ sys.path.insert(0, os.environ.get("HOSTNET_RDMA_COMPILED") or str(ROOT))
 sys.path.insert(1, str(HERE))
 
 import orjson  # noqa: E402
-import yaml  # noqa: E402
 
-from app import config, review  # noqa: E402  (first: run.py puts the source tree on the path)
+from app import config  # noqa: E402  (these first: run.py puts the source tree on the path)
 from app.core import mutate  # noqa: E402
 from app.core import patch as jp  # noqa: E402
-
-import run as bench  # noqa: E402
+from app.webhook import review  # noqa: E402
 
 
 def load_bodies() -> list[bytes]:
     """The bench's bodies (scripts/bench/run.py), each as the load generator sends it."""
+    import run as bench  # after app: it puts the source tree on the path
+
     with tempfile.TemporaryDirectory() as d:
         bench.bodies(Path(d))
         return [p.read_bytes() for p in sorted(Path(d).glob("*.json"))]
 
 
 def chart_params() -> review.Params:
+    import run as bench
+
     with tempfile.TemporaryDirectory() as d:
         cfg = config.load(bench.chart_config(Path(d)))
     return review.params_for(cfg, "default")

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from app import tls  # noqa: E402
+from app.webhook import tls  # noqa: E402
 
 CACHE = Path(os.environ.get("HOSTNET_RDMA_CACHE", Path.home() / ".cache" / "hostnet-rdma")) / "bench-bin"
 

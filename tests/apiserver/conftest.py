@@ -19,8 +19,8 @@ import httpx
 import pytest
 import yaml
 
-from app import tls
 from app.core import InjectConfig
+from app.webhook import tls
 from tests.apiserver.controlplane import ROOT, ControlPlane, free_port
 
 # Set by scripts/kind-e2e.sh: run this tier against a real cluster where the chart is

@@ -1,4 +1,4 @@
-"""The preview's pods (app.controllers) held to the pods a real controller created: for a job
+"""The preview's pods (app.preview.controllers) held to the pods a real controller created: for a job
 object as the API server stored it, every field the webhook reads must match (names, hostname
 and subdomain, labels and annotations, owner, each container's env and ports), apart from what
 the webhook itself added to the real pods and values only the cluster knows (hashes, random
@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.controllers import expand
 from app.core.names import INIT_CONTAINER
 from app.core.wrap import STORE_PORT_NAME
+from app.preview.controllers import expand
 
 Obj = dict[str, Any]
 # Added to the real pods by others than the controller: our webhook, Kueue, the API server.

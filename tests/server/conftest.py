@@ -1,4 +1,4 @@
-"""A real `hostnet-rdma serve` process over TLS on 127.0.0.1, with certs from app.tls."""
+"""A real `hostnet-rdma serve` process over TLS on 127.0.0.1, with certs from app.webhook.tls."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import tls
+from app.webhook import tls
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,8 +24,8 @@ from cryptography import x509
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import tls
 from app.core.wrap import settings_of
+from app.webhook import tls
 from app.wrapper import rules
 from tests.server.conftest import ROOT, Server
 

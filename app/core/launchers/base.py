@@ -109,10 +109,13 @@ class Kind(NamedTuple):
 class Launcher(Protocol):
     """A launcher's identity, declared once here and read by every table that needs it: the
     core's order (app.core.launchers), Events (app.events.gates.KINDS), the preview
-    (app.controllers.EXPANDERS), the e2e jobs and the cluster tier's controllers."""
+    (app.preview.controllers.EXPANDERS), the e2e jobs and the cluster tier's controllers."""
 
     name: str
-    kinds: tuple[Kind, ...]
+
+    @property
+    def kinds(self) -> tuple[Kind, ...]: ...
+
     # Its pods are training pods by ownership, whatever they run.
     training_only: bool
     # The container it runs training in, when it names one ("" when any may).

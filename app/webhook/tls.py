@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from app import filewatch
+from app.webhook import filewatch
 
 log = logging.getLogger("hostnet_rdma.tls")
 
@@ -273,7 +273,7 @@ class ReloadingCert:
 
     New handshakes use the new pair; a pair that does not load, is not signed by the CA in the
     same directory, is not valid now, or does not name every expected host is refused (logged,
-    counted) and the old one stays. Watched and polled by app.filewatch.
+    counted) and the old one stays. Watched and polled by app.webhook.filewatch.
     """
 
     def __init__(self, directory: Path, poll_seconds: float = 10.0, names: tuple[str, ...] = ()) -> None:

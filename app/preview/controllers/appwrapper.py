@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
-from app.controllers.common import ExpandError, Obj, as_dict, meta, name_of, owner, pod_count
+from app.preview.controllers.common import ExpandError, Obj, as_dict, meta, name_of, owner, pod_count
 
 GROUP = "workload.codeflare.dev"
 LABEL = f"{GROUP}/appwrapper"

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from app.controllers import appwrapper, batch, kubeflow, lws, mpi, trainer, volcano
-from app.controllers.common import ExpandError, Obj, as_dict, pod_count
+from app.preview.controllers import appwrapper, batch, kubeflow, lws, mpi, trainer, volcano
+from app.preview.controllers.common import ExpandError, Obj, as_dict, pod_count
 
 # (apiVersion group, kind) -> the controller's expansion. A TrainJob's needs its runtime.
 EXPANDERS: dict[tuple[str, str], Callable[[Obj], list[Obj]]] = {

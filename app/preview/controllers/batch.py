@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 
-from app.controllers.common import (
+from app.preview.controllers.common import (
     ExpandError,
     Obj,
     add_env,

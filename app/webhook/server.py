@@ -1,7 +1,7 @@
 """The HTTPS admission server: a FastAPI app built by create_app(), no module singletons.
 
 POST /mutate takes an AdmissionReview; /healthz, /readyz, /metrics. The HTTP layer only
-checks size and content type, calls app.review, and writes; all policy lives in the core.
+checks size and content type, calls app.webhook.review, and writes; all policy lives in the core.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import Receive, Scope, Send
 
-from app import __version__, config, filewatch
+from app import __version__, config
 from app.core import ConfigError, InjectConfig, Params
 from app.events import Recorder
-from app.protocol import DEADLINE_EXTENSION
-from app.review import BadReview, ReviewResult, answer, params_for
-from app.settings import ServerSettings
+from app.webhook import filewatch
+from app.webhook.protocol import DEADLINE_EXTENSION
+from app.webhook.review import BadReview, ReviewResult, answer, params_for
+from app.webhook.settings import ServerSettings
 
 log = logging.getLogger("hostnet_rdma.admission")
 
@@ -189,7 +190,7 @@ class HeldBytes:
 
 class AdmissionHandler:
     """POST /mutate as plain ASGI: FastAPI's routing and request objects cost more than the
-    mutation itself (BENCHMARKS.md). Reads a bounded JSON body, hands it to app.review.answer, counts
+    mutation itself (BENCHMARKS.md). Reads a bounded JSON body, hands it to app.webhook.review.answer, counts
     the outcome, writes one log line, answers.
 
     Under load, reviews run in batches: the bodies completed in one event-loop turn are reviewed

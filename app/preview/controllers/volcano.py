@@ -6,7 +6,7 @@ pytorch (MASTER_ADDR of the `--master` task's pod 0, MASTER_PORT, WORLD_SIZE, RA
 
 from __future__ import annotations
 
-from app.controllers.common import (
+from app.preview.controllers.common import (
     ExpandError,
     Obj,
     add_env,

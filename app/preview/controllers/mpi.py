@@ -8,8 +8,8 @@ torchrun: mpirun starts the ranks over ssh."""
 
 from __future__ import annotations
 
-from app.controllers import batch
-from app.controllers.common import (
+from app.preview.controllers import batch
+from app.preview.controllers.common import (
     ExpandError,
     Obj,
     add_env,

@@ -17,7 +17,7 @@ class ServerSettings(BaseSettings):
     # Config and cert files are also polled, for volumes whose updates watchers miss.
     poll_seconds: float = 10.0
     max_body_bytes: int = 7 * 1024 * 1024
-    # Request bodies held at once, across requests (app.server.HeldBytes): with the chart's
+    # Request bodies held at once, across requests (app.webhook.server.HeldBytes): with the chart's
     # 256 MiB limit, what a burst of the largest reviews may hold besides the one under review.
     max_held_body_bytes: int = 16 * 1024 * 1024
     # Every request must arrive whole within this many seconds, with headers under this size.

@@ -6,6 +6,10 @@ The wrapper's decision is rules.merge on the pod's command with the env the pod 
 run time, as far as it is known before the pod exists: literal values, the pod's own fields
 (fieldRef), what the launcher's controller puts in its ConfigMaps (Volcano's host lists and
 counts). What only the node knows (its addresses, for an IP or Service endpoint) is said so.
+
+The room's other parts: controllers (the pods each launcher's controller makes of a job file),
+shellread (what a script in the pod's command does to torchrun), explain (one pod, step by
+step) and chart (the webhook's config and selectors as the chart renders them).
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from app import shellread
-from app.controllers import Expansion
 from app.core import InvalidPod, Params, UnsupportedPod, mutate, names, reasons, selection, wrap
 from app.core.mutate import Result
+from app.preview import shellread
+from app.preview.controllers import Expansion
 from app.wrapper import rules
 
 Obj = dict[str, Any]

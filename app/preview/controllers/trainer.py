@@ -12,8 +12,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from app.controllers import batch
-from app.controllers.common import (
+from app.preview.controllers import batch
+from app.preview.controllers.common import (
     ExpandError,
     Obj,
     add_env,
