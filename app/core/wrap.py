@@ -20,6 +20,7 @@ from typing import Any
 from app.core import budget, names, reasons, shwords
 from app.core.inject import Context, StepOutcome
 from app.core.launchers.base import env_names
+from app.core.params import InjectConfig
 from app.core.podspec import Env, add_mount, add_volume, child, child_list, find_named
 from app.wrapper import rules
 
@@ -152,14 +153,33 @@ def _tokens(argv: list[str]) -> list[str]:
     return argv
 
 
+class Command:
+    """A container's command read once at admission (the checks of wrap() each read it): its
+    words as the shell will pass them, and torchrun's arguments among them."""
+
+    def __init__(self, container: Obj) -> None:
+        self.argv = original_argv(container)
+        self.size = sum(len(word) + 1 for word in self.argv)
+        self.too_large = ""  # why it was not split, when it is over MAX_ANALYSED_SCRIPT
+        self.words: list[str] | None = None  # None: not split (too large, or unbalanced quotes)
+        try:
+            self.words = _tokens(self.argv)
+        except ScriptTooLarge as e:
+            self.too_large = str(e)
+        except ValueError:  # unbalanced quotes: the shell will complain, not us
+            pass
+        self.torchrun = None if self.words is None else _torchrun_in(self.words)
+
+
 def torchrun_args(container: Obj) -> list[str] | None:
     """torchrun's own arguments as far as admission can read them (None if not found)."""
-    try:
-        words = _tokens(original_argv(container))
-    except ScriptTooLarge:
-        raise
-    except ValueError:  # unbalanced quotes: the shell will complain, not us
-        return None
+    command = Command(container)
+    if command.too_large:
+        raise ScriptTooLarge(command.too_large)
+    return command.torchrun
+
+
+def _torchrun_in(words: list[str]) -> list[str] | None:
     for i, word in enumerate(words):
         start = None
         if word.rsplit("/", 1)[-1] == "torchrun":
@@ -214,18 +234,17 @@ def _declared(c: Obj) -> set[str]:
     return {str(e["name"]) for e in c.get("env") or [] if isinstance(e, dict) and isinstance(e.get("name"), str)}
 
 
-def _endpoint_check(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
+def _endpoint_check(c: Obj, command: Command, ctx: Context, owned: dict[str, str]) -> None:
     """Warn at admission, as the wrapper will say at run time, about an endpoint nobody can
     host, and about what will make the wrapper refuse to start (when torchrun's arguments are
     in the command: in a script they are known only at run time)."""
-    try:
-        args = torchrun_args(c)
-    except ScriptTooLarge as e:
+    args = command.torchrun
+    if command.too_large:
         ctx.warn(
-            reasons.GENERAL, f"{c.get('name')}: {e}: its torchrun arguments are checked by the wrapper at run time only"
+            reasons.GENERAL,
+            f"{c.get('name')}: {command.too_large}: its torchrun arguments are checked by the wrapper at run time only",
         )
-        args = None
-    _leftover_flags(c, ctx, owned)
+    _leftover_flags(c, command, ctx, owned)
     env = {**_literal_env(c), **owned}
     try:
         _, plan = rules.merge(["<script>"] if args is None else args, env)
@@ -263,18 +282,15 @@ def _sets_is_host(words: list[str]) -> bool:
     return conf is not None and "is_host" in conf
 
 
-def _leftover_flags(c: Obj, ctx: Context, owned: dict[str, str]) -> None:
+def _leftover_flags(c: Obj, command: Command, ctx: Context, owned: dict[str, str]) -> None:
     """Flags left from hand-written rendezvous shell, which the webhook now sets: say so at
     admission (and in the Event); the wrapper checks them at start. Read from the words the shell
     will pass (a script split as bash does: `$(...)` whole, line continuations joined), bounded in
     size; from the text's blank-separated words where the script does not split."""
-    argv = original_argv(c)
-    if sum(len(word) + 1 for word in argv) > MAX_ANALYSED_SCRIPT:
+    if command.size > MAX_ANALYSED_SCRIPT:
         return
-    try:
-        words = _tokens(argv)
-    except ValueError:  # unbalanced quotes: the shell will refuse it; still say what is there
-        words = " ".join(argv).split()
+    # Unbalanced quotes: the shell will refuse the script; still say what is there.
+    words = command.words if command.words is not None else " ".join(command.argv).split()
     own = owned.get(names.ENV_LOCAL_ADDR, "")
     identities = rules.expand_identities(owned.get(names.ENV_IDENTITIES, "") or own)
     local = _flag_value(words, ("--local-addr", "--local_addr"))
@@ -385,6 +401,31 @@ _SINGLE_POD_LAUNCHERS = ("pod",)
 
 
 def wrap(pod: Obj, ctx: Context) -> StepOutcome:
+    """The step: each training container's command starts the wrapper, with this pod's settings;
+    the wrapper's files are delivered to the pod as the config says."""
+    why = _not_wrappable(pod, ctx)
+    if why:
+        return why
+    cfg = ctx.params.config
+    # The files come from the image (mounted, or copied by an init container) or inline; with
+    # no image configured there is nothing to mount or copy from.
+    delivery = cfg.wrapper_delivery if cfg.wrapper_image else "inline"
+    if delivery == "inline" and not ctx.params.wrapper_payload:
+        return "no wrapper payload configured"
+    spec = child(pod, "spec")
+    owned, implied = _settings(pod, spec, ctx)
+    containers = spec.get("containers") or []
+    wrapped_any = False
+    for index in ctx.training:
+        if _wrap_container(spec, containers[index], ctx, owned, implied, delivery, store_port=not wrapped_any):
+            wrapped_any = True
+    if wrapped_any:
+        _deliver(spec, containers[ctx.training[0]], delivery, cfg)
+    return None
+
+
+def _not_wrappable(pod: Obj, ctx: Context) -> str:
+    """Why this pod's torchrun is not wrapped ("" when it is)."""
     if not ctx.flag(names.ANN_WRAP, ctx.params.config.wrap):
         return "turned off"
     info = ctx.info
@@ -399,13 +440,15 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
             "spec.subdomain with a headless Service); torchrun is not wrapped",
         )
         return "no stable DNS name for this pod"
-    cfg = ctx.params.config
-    # The files come from the image (mounted, or copied by an init container) or inline; with
-    # no image configured there is nothing to mount or copy from.
-    image = cfg.wrapper_image
-    delivery = cfg.wrapper_delivery if image else "inline"
-    if delivery == "inline" and not ctx.params.wrapper_payload:
-        return "no wrapper payload configured"
+    return ""
+
+
+def _settings(pod: Obj, spec: Obj, ctx: Context) -> tuple[dict[str, str], dict[str, str]]:
+    """What the wrapper is told about this pod, and what it derives by itself from that (so it
+    need not be sent). Not the wrapper's own defaults, nor what it derives from the rest
+    (rules.implied; the pod's DNS zone when its resolver will have one): every byte is in every
+    pod. A derived value that would be wrong is sent, empty if need be."""
+    info, cfg = ctx.info, ctx.params.config
     owned = {
         names.ENV_LAUNCHER: info.launcher,
         names.ENV_LOCAL_ADDR: info.advertised_address,
@@ -423,10 +466,6 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
         names.ENV_KEEP_LOCAL_ADDR: "1" if _keep_local_addr(ctx) else "",
         names.ENV_REQUIRE_RDMA: "1" if ctx.flag(names.ANN_REQUIRE_RDMA, cfg.require_rdma) else "",
     }
-    # What goes into the pod: not the wrapper's own defaults, nor what it derives from the rest
-    # (rules.implied; the pod's DNS zone when its resolver will have one): every byte is in
-    # every pod. A derived value that would be wrong is sent, empty if need be.
-    spec = child(pod, "spec")
     namespace = ctx.params.namespace
     zone = (
         f"{namespace}.svc.{cfg.cluster_domain}"
@@ -435,74 +474,74 @@ def wrap(pod: Obj, ctx: Context) -> StepOutcome:
     )
     implied = rules.implied(owned, zone)
     owned = {k: v for k, v in owned.items() if (v and v != rules.DEFAULTS.get(k)) or k in implied}
-    containers = spec.get("containers") or []
-    wrapped_any = False
-    for index in ctx.training:
-        c = containers[index]
-        env = Env(c)
-        # One packed setting; a name the container already declares keeps getting our value
-        # under that name too (so the two never disagree), as does a value with a ";".
-        packed: dict[str, str] = {}
-        for key, value in owned.items():
-            if env.get(key) is not None or ";" in value:
-                env.set_owned(key, value)
-            elif implied.get(key) != value:
-                packed[key] = value
-        # The wrapper writes why it refuses to start where the kubelet reads the container's
-        # termination message: sent only for a path other than the kubelet's default.
-        path = c.get("terminationMessagePath")
-        if isinstance(path, str) and path != rules.TERMINATION_LOG:
-            if env.get(names.ENV_TERMINATION_LOG) is not None or ";" in path:
-                env.set_owned(names.ENV_TERMINATION_LOG, path)
-            else:
-                packed[names.ENV_TERMINATION_LOG] = path
-        if not c.get("command") and not is_wrapped(c):
-            _pet_fallback(c, env, ctx, owned)
-            continue
-        _endpoint_check(c, ctx, owned)
-        if not wrapped_any:
-            _store_port(spec, c, ctx)
-        rest = _unwrapped(c["command"])
-        rest = list(c["command"]) if rest is None else rest
-        # The settings are the bootstrap's first argument (it exports them as HOSTNET_RDMA_POD):
-        # ~40 bytes fewer than an env entry, in every pod.
-        settings = rules.pack(packed)
-        if delivery != "inline":
-            c["command"] = [BOOTSTRAP_PATH, settings, *rest]
+    return owned, implied
+
+
+def _wrap_container(
+    spec: Obj, c: Obj, ctx: Context, owned: dict[str, str], implied: dict[str, str], delivery: str, store_port: bool
+) -> bool:
+    """Wrap one training container's command (True), or give a container without one the
+    PET_* env that brings torchrun to the same decision (False)."""
+    env = Env(c)
+    # One packed setting; a name the container already declares keeps getting our value
+    # under that name too (so the two never disagree), as does a value with a ";".
+    packed: dict[str, str] = {}
+    for key, value in owned.items():
+        if env.get(key) is not None or ";" in value:
+            env.set_owned(key, value)
+        elif implied.get(key) != value:
+            packed[key] = value
+    # The wrapper writes why it refuses to start where the kubelet reads the container's
+    # termination message: sent only for a path other than the kubelet's default.
+    path = c.get("terminationMessagePath")
+    if isinstance(path, str) and path != rules.TERMINATION_LOG:
+        if env.get(names.ENV_TERMINATION_LOG) is not None or ";" in path:
+            env.set_owned(names.ENV_TERMINATION_LOG, path)
         else:
-            c["command"] = [
-                "/bin/sh",
-                "-c",
-                BOOTSTRAP,
-                names.BOOTSTRAP_ARGV0,
-                ctx.params.wrapper_payload,
-                settings,
-                *rest,
-            ]
-        if delivery == "imageVolume":
-            # The wrapper image's files themselves: no copy, no extra container, and with the
-            # wrapper-only image no subPath either. Image volumes are always mounted read-only,
-            # so the mount does not say so (16 bytes a pod).
-            add_mount(c, names.VOL_BIN, names.BIN_DIR, sub_path=cfg.wrapper_image_sub_path)
-        else:
-            add_mount(c, names.VOL_BIN, names.BIN_DIR)
-        wrapped_any = True
-    if wrapped_any:
-        pull = cfg.wrapper_image_pull_policy
-        if delivery == "imageVolume":
-            add_volume(spec, {"name": names.VOL_BIN, "image": {"reference": image, "pullPolicy": pull}})
-        else:
-            add_volume(spec, {"name": names.VOL_BIN, "emptyDir": dict(BIN_EMPTY_DIR)})
-        if delivery == "initContainer":
-            _add_init_container(spec, image, pull, _init_resources(containers[ctx.training[0]], cfg.init_resources))
-    return None
+            packed[names.ENV_TERMINATION_LOG] = path
+    if not c.get("command") and not is_wrapped(c):
+        _pet_fallback(c, env, ctx, owned)
+        return False
+    command = Command(c)
+    _endpoint_check(c, command, ctx, owned)
+    if store_port:
+        _store_port(spec, c, command, ctx)
+    rest = _unwrapped(c["command"])
+    rest = list(c["command"]) if rest is None else rest
+    # The settings are the bootstrap's first argument (it exports them as HOSTNET_RDMA_POD):
+    # ~40 bytes fewer than an env entry, in every pod.
+    settings = rules.pack(packed)
+    if delivery != "inline":
+        c["command"] = [BOOTSTRAP_PATH, settings, *rest]
+    else:
+        c["command"] = ["/bin/sh", "-c", BOOTSTRAP, names.BOOTSTRAP_ARGV0, ctx.params.wrapper_payload, settings, *rest]
+    if delivery == "imageVolume":
+        # The wrapper image's files themselves: no copy, no extra container, and with the
+        # wrapper-only image no subPath either. Image volumes are always mounted read-only,
+        # so the mount does not say so (16 bytes a pod).
+        add_mount(c, names.VOL_BIN, names.BIN_DIR, sub_path=ctx.params.config.wrapper_image_sub_path)
+    else:
+        add_mount(c, names.VOL_BIN, names.BIN_DIR)
+    return True
+
+
+def _deliver(spec: Obj, first: Obj, delivery: str, cfg: InjectConfig) -> None:
+    """The wrapper's files in the pod: the image as a volume, or an emptyDir the bootstrap (inline)
+    or an init container (copying from the image) fills."""
+    image, pull = cfg.wrapper_image, cfg.wrapper_image_pull_policy
+    if delivery == "imageVolume":
+        add_volume(spec, {"name": names.VOL_BIN, "image": {"reference": image, "pullPolicy": pull}})
+    else:
+        add_volume(spec, {"name": names.VOL_BIN, "emptyDir": dict(BIN_EMPTY_DIR)})
+    if delivery == "initContainer":
+        _add_init_container(spec, image, pull, _init_resources(first, cfg.init_resources))
 
 
 STORE_PORT_NAME = "hostnet-rdzv"
 _OWN_ENDPOINT_FLAGS = ("--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--master_addr")
 
 
-def _store_port(spec: Obj, c: Obj, ctx: Context) -> None:
+def _store_port(spec: Obj, c: Obj, command: Command, ctx: Context) -> None:
     """On the pod that hosts the job's c10d store at the launcher's default endpoint, declare the
     store's port on its (first) training container. On the host network a container port is a
     host port, and the scheduler never puts two pods asking for one host port on one node: two
@@ -524,10 +563,9 @@ def _store_port(spec: Obj, c: Obj, ctx: Context) -> None:
     cfg = ctx.params.config
     if not rules.is_own_endpoint(endpoint, info.identities(ctx.params.namespace, cfg.cluster_domain)):
         return
-    try:
-        words = torchrun_args(c) or []
-    except ScriptTooLarge:
+    if command.too_large:
         return
+    words = command.torchrun or []
     if any(w.split("=", 1)[0] in _OWN_ENDPOINT_FLAGS for w in words) or Env(c).get("PET_RDZV_ENDPOINT") is not None:
         return
     port = int(port_text)
