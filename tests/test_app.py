@@ -123,7 +123,7 @@ def test_admission_log_lines_are_written_once_per_loop_turn_and_none_is_lost(
 
     async def go() -> None:
         # Two lines in one turn stay pending; the next turn writes both.
-        result = ReviewResult(b"", "mutated", "volcano", "batched", "team-a", "p")
+        result = ReviewResult(b"", "mutated", launcher="volcano", uid="batched", namespace="team-a", name="p")
         app.admission.log_admission(result, 0.001)
         app.admission.log_admission(result, 0.002)
         assert capsys.readouterr().err == ""

@@ -48,10 +48,15 @@ class BadReview(ValueError):
     """The review request itself is malformed: HTTP 400."""
 
 
+# What became of a review: the pod was patched; needed nothing; was no pod CREATE; could not be
+# handled safely (allowed unchanged, with a warning); or broke something (allowed unchanged).
+Outcome = Literal["mutated", "unchanged", "skipped", "unsupported", "error"]
+
+
 @dataclass
 class ReviewResult:
     body: bytes
-    outcome: str  # mutated | unchanged | skipped | unsupported | error
+    outcome: Outcome
     launcher: str = ""
     uid: str = ""
     namespace: str = ""
@@ -65,7 +70,8 @@ class ReviewResult:
     def __init__(
         self,
         body: bytes,
-        outcome: str,
+        outcome: Outcome,
+        *,
         launcher: str = "",
         uid: str = "",
         namespace: str = "",
@@ -81,6 +87,42 @@ class ReviewResult:
         self.name = name
         self.warnings = [] if warnings is None else warnings
         self.admission = admission
+
+    # The named constructors: each answers the review (build_response) as its outcome needs.
+    @classmethod
+    def skipped(cls, uid: str, namespace: str) -> ReviewResult:
+        return cls(build_response(uid), "skipped", uid=uid, namespace=namespace)
+
+    @classmethod
+    def left_unchanged(
+        cls,
+        outcome: Literal["unsupported", "error"],
+        uid: str,
+        why: Warned,
+        namespace: str = "",
+        name: str = "",
+        launcher: str = "",
+        admission: events.Admission | None = None,
+    ) -> ReviewResult:
+        """Allowed as it came, with `why` as its one warning."""
+        msg = [why]
+        return cls(build_response(uid, warnings=msg), outcome, launcher=launcher, uid=uid, namespace=namespace,
+                   name=name, warnings=msg, admission=admission)  # fmt: skip
+
+    @classmethod
+    def of(
+        cls,
+        uid: str,
+        ops: bytes | None,
+        result: Result,
+        namespace: str,
+        name: str,
+        admission: events.Admission | None,
+    ) -> ReviewResult:
+        """The core's answer: `ops` (the patch, encoded) when it changed the pod."""
+        return cls(build_response(uid, ops, result.warnings), "mutated" if ops else "unchanged",
+                   launcher=result.info.launcher if result.info else "", uid=uid, namespace=namespace, name=name,
+                   warnings=result.warnings, admission=admission)  # fmt: skip
 
 
 def _warning(text: str) -> str:
@@ -136,18 +178,14 @@ def answer(body: bytes, params: Params) -> ReviewResult:
     except BadReview:
         raise
     except Exception as e:  # never a traceback to the API server; the pod goes through unchanged
-        msg = [
-            Warned(
-                reasons.POD_LEFT_UNCHANGED, f"pod left unchanged: internal error ({type(e).__name__}); please report it"
-            )
-        ]
+        why = Warned(
+            reasons.POD_LEFT_UNCHANGED, f"pod left unchanged: internal error ({type(e).__name__}); please report it"
+        )
         obj = request.get("object")
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         meta = meta if isinstance(meta, dict) else {}
-        return ReviewResult(
-            build_response(uid, warnings=msg), "error", uid=uid, warnings=msg,
-            namespace=str(request.get("namespace") or ""), name=str(meta.get("name") or meta.get("generateName") or ""),
-        )  # fmt: skip
+        return ReviewResult.left_unchanged("error", uid, why, str(request.get("namespace") or ""),
+                                           str(meta.get("name") or meta.get("generateName") or ""))  # fmt: skip
 
 
 # The Params of the request's namespace, made once per namespace for the live Params (the
@@ -172,9 +210,9 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     operation = request.get("operation")
     kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
     if operation is not None and operation != "CREATE":
-        return ReviewResult(build_response(uid), "skipped", uid=uid, namespace=namespace)
+        return ReviewResult.skipped(uid, namespace)
     if kind and (kind.get("kind") != "Pod" or kind.get("group", "") != ""):
-        return ReviewResult(build_response(uid), "skipped", uid=uid, namespace=namespace)
+        return ReviewResult.skipped(uid, namespace)
     pod = request.get("object")
     if not isinstance(pod, dict):
         raise BadReview("AdmissionReview request has no object")
@@ -192,43 +230,26 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
     try:
         result: Result = mutate(pod, params)
     except (InvalidPod, UnsupportedPod) as e:
-        msg = [Warned(reasons.POD_LEFT_UNCHANGED, f"pod left unchanged: {e}")]
-        told = (
-            events.admission(meta, namespace or params.namespace, "", params.version, False, (), "", msg)
-            if first
-            else None
-        )
-        return ReviewResult(
-            build_response(uid, warnings=msg), "unsupported", uid=uid, namespace=namespace, name=name, warnings=msg,
-            admission=told,
-        )  # fmt: skip
+        why = Warned(reasons.POD_LEFT_UNCHANGED, f"pod left unchanged: {e}")
+        told = None
+        if first:
+            told = events.admission(meta, namespace or params.namespace, "", params.version, False, (), "", [why])
+        return ReviewResult.left_unchanged("unsupported", uid, why, namespace, name, admission=told)
     launcher = result.info.launcher if result.info else ""
     told = None
     if first and result.info is not None and (result.changed or result.warnings):
-        why = "the default" if result.profile_reason == "default" else result.profile_reason
+        chosen = "the default" if result.profile_reason == "default" else result.profile_reason
         told = events.admission(meta, namespace or params.namespace, launcher, params.version, result.changed,
-                                result.applied, f"{result.profile}: {why}", result.warnings)  # fmt: skip
+                                result.applied, f"{result.profile}: {chosen}", result.warnings)  # fmt: skip
     if not result.changed:
-        return ReviewResult(
-            build_response(uid, warnings=result.warnings),
-            "unchanged",
-            launcher,
-            uid,
-            namespace,
-            name,
-            result.warnings,
-            told,
-        )
+        return ReviewResult.of(uid, None, result, namespace, name, told)
     ops = patch.diff(pod, result.pod)  # result.changed: there is at least one op
     encoded = orjson.dumps(ops)  # once: for the bound and for the answer
     size = len(encoded)
     if size > params.config.max_patch_bytes:
-        msg = [Warned(reasons.POD_LEFT_UNCHANGED, f"pod left unchanged: its patch would be {size} bytes, over the "
-                      f"bound of {params.config.max_patch_bytes} (config limits.maxPatchBytes)")]  # fmt: skip
+        why = Warned(reasons.POD_LEFT_UNCHANGED, f"pod left unchanged: its patch would be {size} bytes, over the "
+                     f"bound of {params.config.max_patch_bytes} (config limits.maxPatchBytes)")  # fmt: skip
         if told is not None:  # what was recorded as done was not: only this warning
             told = told._replace(mutated=False, applied=(), reasons=(reasons.POD_LEFT_UNCHANGED,))
-        return ReviewResult(build_response(uid, warnings=msg), "unsupported", launcher, uid, namespace, name, msg,
-                            told)  # fmt: skip
-    return ReviewResult(
-        build_response(uid, encoded, result.warnings), "mutated", launcher, uid, namespace, name, result.warnings, told
-    )
+        return ReviewResult.left_unchanged("unsupported", uid, why, namespace, name, launcher, told)
+    return ReviewResult.of(uid, encoded, result, namespace, name, told)
