@@ -96,144 +96,173 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
-def bounded_protocol(
-    request_timeout: float, max_header_bytes: int, max_connections: int = 1000, drain_idle: float = 1.0
-) -> type[asyncio.Protocol]:
-    trim = _malloc_trim()
-    # Trim when the connection count falls back below a quarter of a peak of at least 256.
-    peak = [0]
-    over = [False]
-    # The request deadlines: connection -> loop time by which its request must have arrived,
-    # checked by one sweep every `interval` while any is armed. A timer per request (armed at
-    # its first byte, cancelled at its end) cost ~2% of saturation throughput.
-    armed: dict[Any, float] = {}
-    interval = min(1.0, request_timeout / 4)
-    # The loops with a sweep scheduled: one sweep per loop, so a class used under a later (or a
-    # second) event loop never counts on the sweep of another.
-    sweeping: set[asyncio.AbstractEventLoop] = set()
+class Bounds:
+    """What the connections of one server share: the bounds, the request deadlines and their
+    sweep, and the peak connection count that decides when to give memory back."""
 
-    # When each loop's sweep was due: a sweep that runs late ran after the loop was busy (a
-    # review of a large pod), and time the server was not reading is not the client's.
-    due: dict[asyncio.AbstractEventLoop, float] = {}
+    def __init__(self, request_timeout: float, max_header_bytes: int, max_connections: int, drain_idle: float) -> None:
+        self.request_timeout = request_timeout
+        self.max_header_bytes = max_header_bytes
+        self.max_connections = max_connections
+        self.drain_idle = drain_idle
+        self.trim = _malloc_trim()
+        # Trim when the connection count falls back below a quarter of a peak of at least 256.
+        self.peak = 0
+        self.over = False  # the bound was met: said once per burst, not once per connection
+        # The request deadlines: connection -> loop time by which its request must have arrived,
+        # checked by one sweep every `interval` while any is armed. A timer per request (armed
+        # at its first byte, cancelled at its end) cost ~2% of saturation throughput.
+        self.armed: dict[BoundedHttpToolsProtocol, float] = {}
+        self.interval = min(1.0, request_timeout / 4)
+        # The loops with a sweep scheduled: one sweep per loop, so a class used under a later (or
+        # a second) event loop never counts on the sweep of another.
+        self.sweeping: set[asyncio.AbstractEventLoop] = set()
+        # When each loop's sweep was due: a sweep that runs late ran after the loop was busy (a
+        # review of a large pod), and time the server was not reading is not the client's.
+        self.due: dict[asyncio.AbstractEventLoop, float] = {}
 
-    def sweep(loop: asyncio.AbstractEventLoop) -> None:
+    def arm(self, protocol: BoundedHttpToolsProtocol) -> None:
+        loop = protocol.loop
+        self.armed[protocol] = loop.time() + self.request_timeout
+        if loop not in self.sweeping:
+            for gone in [lp for lp in self.sweeping if lp.is_closed()]:  # their sweeps never run again
+                self.sweeping.discard(gone)
+            self.sweeping.add(loop)
+            self.due[loop] = loop.time() + self.interval
+            loop.call_later(self.interval, self.sweep, loop)
+
+    def sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         now, mine = loop.time(), 0
-        late = max(0.0, now - due.pop(loop, now))
-        for protocol, deadline in list(armed.items()):
+        late = max(0.0, now - self.due.pop(loop, now))
+        for protocol, deadline in list(self.armed.items()):
             if protocol.loop is loop and late > 0:
-                deadline = armed[protocol] = deadline + late
+                deadline = self.armed[protocol] = deadline + late
             if protocol.loop is not loop:  # another loop's; dropped once that loop is closed
                 if protocol.loop.is_closed():
-                    del armed[protocol]
+                    del self.armed[protocol]
             elif deadline <= now:
-                del armed[protocol]
-                protocol._expire()
+                del self.armed[protocol]
+                protocol.expire()
             else:
                 mine += 1
         if mine:
-            due[loop] = now + interval
-            loop.call_later(interval, sweep, loop)
+            self.due[loop] = now + self.interval
+            loop.call_later(self.interval, self.sweep, loop)
         else:
-            sweeping.discard(loop)
+            self.sweeping.discard(loop)
 
-    class BoundedHttpToolsProtocol(HttpToolsProtocol):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._header_bytes = 0
-            self._in_headers = True
-            self._draining = False
-            self._drain_timer: asyncio.TimerHandle | None = None
+    def admit(self, open_now: int) -> bool:
+        """A new connection: False when it is one over the bound (it is closed)."""
+        self.peak = max(self.peak, open_now)
+        if open_now > self.max_connections:
+            if not self.over:
+                log.warning("closing new connections: %d open, over the bound of %d", open_now, self.max_connections)
+            self.over = True
+            return False
+        self.over = False
+        return True
 
-        def _arm(self) -> None:
-            armed[self] = self.loop.time() + request_timeout
-            if self.loop not in sweeping:
-                for gone in [lp for lp in sweeping if lp.is_closed()]:  # their sweeps never run again
-                    sweeping.discard(gone)
-                sweeping.add(self.loop)
-                due[self.loop] = self.loop.time() + interval
-                self.loop.call_later(interval, sweep, self.loop)
+    def gone(self, open_now: int) -> None:
+        """A connection ended: give memory back after a burst (see _malloc_trim)."""
+        if self.peak >= 256 and open_now < self.peak // 4:
+            self.peak = open_now
+            self.trim()
 
-        def _disarm(self) -> None:
-            armed.pop(self, None)
 
-        def _expire(self) -> None:
-            if not self.transport.is_closing():
-                log.debug("closing a connection whose request did not arrive within %ss", request_timeout)
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol under a server's Bounds (bounded_protocol makes the class)."""
+
+    bounds: Bounds
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_bytes = 0
+        self._in_headers = True
+        self._draining = False
+        self._drain_timer: asyncio.TimerHandle | None = None
+
+    def _arm(self) -> None:
+        self.bounds.arm(self)
+
+    def _disarm(self) -> None:
+        self.bounds.armed.pop(self, None)
+
+    def expire(self) -> None:
+        if not self.transport.is_closing():
+            log.debug("closing a connection whose request did not arrive within %ss", self.bounds.request_timeout)
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        if not self.bounds.admit(len(self.server_state.connections)):
+            self.transport.close()
+            return
+        self._arm()  # a connection that never sends a request is closed too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+        super().connection_lost(exc)
+        self.bounds.gone(len(self.server_state.connections))
+
+    def shutdown(self) -> None:
+        self._draining = True
+        if self.cycle is None or self.cycle.response_complete:
+            # Idle: a request may be in flight towards us. Serve it (see on_headers_complete),
+            # or close once the connection has stayed idle for drain_idle seconds.
+            self._drain_timer = self.loop.call_later(self.bounds.drain_idle, self._close_if_idle)
+        else:
+            self.cycle.keep_alive = False  # close after this response
+
+    def _close_if_idle(self) -> None:
+        self._drain_timer = None
+        if (self.cycle is None or self.cycle.response_complete) and not self._in_request():
+            self.transport.close()
+        else:
+            self._drain_timer = self.loop.call_later(self.bounds.drain_idle, self._close_if_idle)
+
+    def _in_request(self) -> bool:
+        # Bytes of a next request arrived (the request deadline is armed by its first byte).
+        return self in self.bounds.armed
+
+    def data_received(self, data: bytes) -> None:
+        if self not in self.bounds.armed and not self.transport.is_closing():
+            self._arm()  # the first byte of a later request on a kept-alive connection
+        headers_pending = self._in_headers
+        super().data_received(data)
+        # Count only what arrived while the headers were still incomplete after parsing
+        # (a chunk that completes them may carry a large body: that is not header bytes).
+        if headers_pending and self._in_headers and not self.transport.is_closing():
+            self._header_bytes += len(data)
+            if self._header_bytes > self.bounds.max_header_bytes:
+                self._disarm()
+                self.transport.write(
+                    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                )
                 self.transport.close()
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
-            open_now = len(self.server_state.connections)
-            peak[0] = max(peak[0], open_now)
-            if open_now > max_connections:
-                if not over[0]:  # once per burst, not once per connection
-                    log.warning("closing new connections: %d open, over the bound of %d", open_now, max_connections)
-                over[0] = True
-                self.transport.close()
-                return
-            over[0] = False
-            self._arm()  # a connection that never sends a request is closed too
+    def on_message_begin(self) -> None:
+        self._in_headers, self._header_bytes = True, 0
+        super().on_message_begin()
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            if self._drain_timer is not None:
-                self._drain_timer.cancel()
-            super().connection_lost(exc)
-            if peak[0] >= 256 and len(self.server_state.connections) < peak[0] // 4:
-                peak[0] = len(self.server_state.connections)
-                trim()
+    def on_headers_complete(self) -> None:
+        self._in_headers = False
+        # The app may hold the request's deadline while it waits its turn to read the body
+        # (the server's bound on bodies held at once): that wait is the server's, not the client's.
+        self.scope.setdefault("extensions", {})[DEADLINE_EXTENSION] = {"hold": self._disarm, "resume": self._arm}
+        super().on_headers_complete()
+        if self._draining and self.cycle is not None:
+            self.cycle.keep_alive = False  # answered with connection: close, then closed
 
-        def shutdown(self) -> None:
-            self._draining = True
-            if self.cycle is None or self.cycle.response_complete:
-                # Idle: a request may be in flight towards us. Serve it (see on_headers_complete),
-                # or close once the connection has stayed idle for drain_idle seconds.
-                self._drain_timer = self.loop.call_later(drain_idle, self._close_if_idle)
-            else:
-                self.cycle.keep_alive = False  # close after this response
+    def on_message_complete(self) -> None:
+        self._disarm()  # the whole request arrived; answering it is the app's business
+        super().on_message_complete()
 
-        def _close_if_idle(self) -> None:
-            self._drain_timer = None
-            if (self.cycle is None or self.cycle.response_complete) and not self._in_request():
-                self.transport.close()
-            else:
-                self._drain_timer = self.loop.call_later(drain_idle, self._close_if_idle)
 
-        def _in_request(self) -> bool:
-            # Bytes of a next request arrived (the request deadline is armed by its first byte).
-            return self in armed
-
-        def data_received(self, data: bytes) -> None:
-            if self not in armed and not self.transport.is_closing():
-                self._arm()  # the first byte of a later request on a kept-alive connection
-            headers_pending = self._in_headers
-            super().data_received(data)
-            # Count only what arrived while the headers were still incomplete after parsing
-            # (a chunk that completes them may carry a large body: that is not header bytes).
-            if headers_pending and self._in_headers and not self.transport.is_closing():
-                self._header_bytes += len(data)
-                if self._header_bytes > max_header_bytes:
-                    self._disarm()
-                    self.transport.write(
-                        b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-                    )
-                    self.transport.close()
-
-        def on_message_begin(self) -> None:
-            self._in_headers, self._header_bytes = True, 0
-            super().on_message_begin()
-
-        def on_headers_complete(self) -> None:
-            self._in_headers = False
-            # The app may hold the request's deadline while it waits its turn to read the body
-            # (the server's bound on bodies held at once): that wait is the server's, not the client's.
-            self.scope.setdefault("extensions", {})[DEADLINE_EXTENSION] = {"hold": self._disarm, "resume": self._arm}
-            super().on_headers_complete()
-            if self._draining and self.cycle is not None:
-                self.cycle.keep_alive = False  # answered with connection: close, then closed
-
-        def on_message_complete(self) -> None:
-            self._disarm()  # the whole request arrived; answering it is the app's business
-            super().on_message_complete()
-
-    return BoundedHttpToolsProtocol
+def bounded_protocol(
+    request_timeout: float, max_header_bytes: int, max_connections: int = 1000, drain_idle: float = 1.0
+) -> type[asyncio.Protocol]:
+    """The protocol class uvicorn runs (its `http`), its connections sharing one Bounds."""
+    bounds = Bounds(request_timeout, max_header_bytes, max_connections, drain_idle)
+    return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), {"bounds": bounds})
