@@ -266,12 +266,12 @@ def _nccl_lines(log: str) -> str:
 
 @pytest.mark.parametrize("level", ["", "WARN", "VERSION"])
 def test_a_quiet_nccl_debug_is_redirected_and_the_user_keeps_their_level(level: str) -> None:
-    from app.wrapper import torchrun as w
+    from app.wrapper import ncclwatch
 
-    extra, d = w.nccl_debug_redirect({"NCCL_DEBUG": level} if level else {})
+    extra, d = ncclwatch.nccl_debug_redirect({"NCCL_DEBUG": level} if level else {})
     assert d is not None and extra["NCCL_DEBUG"] == "INFO" and extra["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
     assert extra["NCCL_DEBUG_FILE"].startswith(d) and "%p" in extra["NCCL_DEBUG_FILE"]
-    assert w.nccl_debug_redirect({"NCCL_DEBUG": "WARN", "NCCL_DEBUG_FILE": "/x/%p"}) == ({}, None)
+    assert ncclwatch.nccl_debug_redirect({"NCCL_DEBUG": "WARN", "NCCL_DEBUG_FILE": "/x/%p"}) == ({}, None)
     shutil.rmtree(d)
 
 
@@ -281,6 +281,7 @@ def _watch(tmp_path: Path, log: str, env: dict[str, str], lines: str | None = No
     import subprocess
     import threading
 
+    from app.wrapper import ncclwatch
     from app.wrapper import torchrun as w
 
     d = tmp_path / "nccl"
@@ -291,7 +292,10 @@ def _watch(tmp_path: Path, log: str, env: dict[str, str], lines: str | None = No
     out = io.StringIO()
     env = {**env, "HOSTNET_RDMA_TERMINATION_LOG": str(term)}
     t = threading.Thread(
-        target=w.watch_transport, args=(str(d), env, parent.pid, lambda: parent.poll() is None, 0.05, out), daemon=True
+        target=ncclwatch.watch_transport,
+        kwargs={"terminate": w.termination_message, "addresses": w.interface_addresses},
+        args=(str(d), env, parent.pid, lambda: parent.poll() is None, 0.05, out),
+        daemon=True,
     )
     t.start()
     (d / "nccl.node-0.1201.log").write_text(_nccl_lines(log) if lines is None else lines)
@@ -354,7 +358,7 @@ def test_the_wrappers_process_ends_with_torchrun(tmp_path: Path) -> None:
     fake.chmod(0o755)
     script = (
         "import os, sys; from app.wrapper import torchrun as w; env = dict(os.environ, NCCL_DEBUG='WARN'); "
-        "w.start_transport_watch(env); print(env['NCCL_DEBUG_FILE']); sys.stdout.flush(); "
+        "from app.wrapper import ncclwatch; ncclwatch.start(env, w.termination_message, w.interface_addresses); print(env['NCCL_DEBUG_FILE']); sys.stdout.flush(); "
         f"os.execve({str(fake)!r}, [{str(fake)!r}], env)"
     )
     start = time.monotonic()
@@ -416,6 +420,7 @@ def test_require_rdma_never_stops_a_job_within_one_node(tmp_path: Path) -> None:
     import threading
     import time
 
+    from app.wrapper import ncclwatch
     from app.wrapper import torchrun as w
 
     d = tmp_path / "two" / "nccl"
@@ -425,7 +430,7 @@ def test_require_rdma_never_stops_a_job_within_one_node(tmp_path: Path) -> None:
 
     parent = subprocess.Popen(["sleep", "30"])
     out = io.StringIO()
-    t = threading.Thread(target=w.watch_transport, args=(str(d), require, parent.pid, lambda: parent.poll() is None,
+    t = threading.Thread(target=ncclwatch.watch_transport, kwargs={"terminate": w.termination_message, "addresses": w.interface_addresses}, args=(str(d), require, parent.pid, lambda: parent.poll() is None,
                                                           0.05, out), daemon=True)  # fmt: skip
     t.start()
     (d / "nccl.n0.1.log").write_text(local)

@@ -19,8 +19,11 @@ import pytest
 
 from app.e2e import outcome
 from app.verify import verify
-from app.wrapper import nccllog, pathprobe
+from app.wrapper import nccllog, ncclwatch, pathprobe
 from app.wrapper import torchrun as w
+
+# The wrapper hands the watch its termination message and interface list.
+WATCH = {"terminate": w.termination_message, "addresses": w.interface_addresses}
 
 LOGS = Path(__file__).parent / "logs" / "nccl-stall-h200"
 NODES = {"e2e": "e2e-volcano-worker-{}", "seed": "ddp-volcano-worker-{}"}
@@ -111,7 +114,7 @@ def _replay(tmp_path: Path, text: str, env: dict[str, str], seconds: float) -> t
     parent = subprocess.Popen(["sleep", "30"])
     out = io.StringIO()
     env = {"NCCL_DEBUG": "WARN", **env, "HOSTNET_RDMA_TERMINATION_LOG": str(term)}
-    t = threading.Thread(target=w.watch_transport, args=(str(d), env, parent.pid, lambda: parent.poll() is None,
+    t = threading.Thread(target=ncclwatch.watch_transport, kwargs=WATCH, args=(str(d), env, parent.pid, lambda: parent.poll() is None,
                                                          0.05, out), daemon=True)  # fmt: skip
     (d / "nccl.node-0.1000.log").write_text("\n".join(ln for ln in text.splitlines() if " NCCL " in ln) + "\n")
     t.start()
@@ -145,7 +148,7 @@ def test_the_watcher_is_silent_for_a_healthy_start_up(tmp_path: Path, job: str) 
 def test_a_user_at_info_keeps_every_nccl_line_and_gets_the_watcher() -> None:
     """NCCL at INFO (the field report's jobs): NCCL writes to the wrapper's file, the watcher
     passes every line on; the level and subsystems stay the user's."""
-    extra, d = w.nccl_debug_redirect({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
+    extra, d = ncclwatch.nccl_debug_redirect({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
     assert d is not None and set(extra) == {"NCCL_DEBUG_FILE"}
     import shutil
 
@@ -167,18 +170,18 @@ def _path(peer: str, crossed: list[int], lost: int, stuck: str = "", error: str 
 
 
 def test_the_stall_line_says_what_the_path_carries() -> None:
-    every = w.stall_line(61, 2, "IB", "bond0", [_path("10.0.0.2", [512, 1500, 9000], 0)])
+    every = ncclwatch.stall_line(61, 2, "IB", "bond0", [_path("10.0.0.2", [512, 1500, 9000], 0)])
     assert "2 NCCL communicators logged Init START 61s ago and no Init COMPLETE (network IB, interface bond0)" in every
     assert "Path to 10.0.0.2 on eth0: every size up to 9000 B crosses: the path carries every size probed" in every
-    none = w.stall_line(61, 1, "", "", [_path("10.0.0.2", [], 512)])
+    none = ncclwatch.stall_line(61, 1, "", "", [_path("10.0.0.2", [], 512)])
     assert "(network not chosen yet)" in none and "no ICMP echo answered at any size" in none
-    stuck = w.stall_line(61, 1, "Socket", "", [_path("10.0.0.2", [], 0, error="no raw socket for ICMP: denied",
+    stuck = ncclwatch.stall_line(61, 1, "Socket", "", [_path("10.0.0.2", [], 0, error="no raw socket for ICMP: denied",
                                                          stuck="3000 bytes sent and never acknowledged, 4 retransmissions")])  # fmt: skip
     assert "not probed (no raw socket for ICMP: denied); TCP: 3000 bytes" in stuck
     assert "TCP to 10.0.0.2 is not getting through" in stuck
-    many = w.stall_line(61, 1, "Socket", "", [_path(f"10.0.0.{i}", [512, 1500, 9000], 0) for i in range(2, 8)])
+    many = ncclwatch.stall_line(61, 1, "Socket", "", [_path(f"10.0.0.{i}", [512, 1500, 9000], 0) for i in range(2, 8)])
     assert many.count("Path to ") == 3 and "(6 peers probed)" in many
-    dropped = w.stall_line(
+    dropped = ncclwatch.stall_line(
         61, 1, "Socket", "", [_path("10.0.0.2", [512, 9000], 0), _path("10.0.0.3", [512, 1500], 2048)]
     )
     assert dropped.count("Path to ") == 1 and "between this node and 10.0.0.3 drops packets over 1500 B" in dropped

@@ -1,9 +1,9 @@
 """The in-container torchrun wrapper (stdlib only) and how the webhook ships it.
 
-Six files travel in every mutated pod and are installed by the bootstrap into the injected
-emptyDir: the rules (rules.py), the fabric checks (fabric.py), the NCCL log reader (nccllog.py),
-the path probe (pathprobe.py), the wrapper (torchrun.py) and the start-up hook
-(sitecustomize.py), under the flat names the pod imports them by.
+Seven files travel in every mutated pod and are installed by the bootstrap into the injected
+emptyDir: the rules (rules.py), the fabric checks (fabric.py), the NCCL watch (ncclwatch.py)
+with its log reader (nccllog.py) and path probe (pathprobe.py), the wrapper (torchrun.py) and
+the start-up hook (sitecustomize.py), under the flat names the pod imports them by.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ FILES = {
     "hostnet_rdma_fabric.py": HERE / "fabric.py",
     "hostnet_rdma_nccllog.py": HERE / "nccllog.py",
     "hostnet_rdma_pathprobe.py": HERE / "pathprobe.py",
+    "hostnet_rdma_ncclwatch.py": HERE / "ncclwatch.py",
     "hostnet_rdma_torchrun.py": SOURCE,
     "sitecustomize.py": HERE / "sitecustomize.py",
 }

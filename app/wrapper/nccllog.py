@@ -89,7 +89,7 @@ _SOCKETS_CHOSEN = re.compile(r"NCCL_IB_DISABLE set by environment to 1\b|NCCL_NE
 INIT_STAGE = re.compile(r"commId (0x[0-9a-f]+)\b.* - Init (START|COMPLETE)")
 # debug.cc's prefix: "%s:%d:%d [%d] " (host, pid, tid, cuda device).
 _WHO = re.compile(r"([^\s:\[\]|<>]+):(\d+):\d+ \[[^\]]*\]")
-# The wrapper's own line when NCCL's stalled start-up was seen (torchrun.stall_line).
+# The wrapper's own line when NCCL's stalled start-up was seen (ncclwatch.stall_line).
 STALL = "hostnet-rdma: warning: NCCL start-up stalled: "
 # The wrapper's transport line (Transport.line), for a log without NCCL's INFO lines.
 _LINE = re.compile(r'hostnet-rdma: transport=("[^"]*"|\S+) hcas=(\S+) \(\d+[^)]*\) gdrdma=(\d+)/(\d+) channels')

@@ -111,6 +111,15 @@ def help_topic(title: str) -> str:
     return "-".join(re.findall(r"[a-z0-9][a-z0-9.]*", title.lower()))
 
 
+# What the wrapper's lines in the pod's log begin with.
+PREFIX = "hostnet-rdma"
+
+
+def see(section: str) -> str:
+    """Where a refusal is explained: a section of docs/troubleshooting.md, by its help topic."""
+    return f'See `hostnet-rdma help {help_topic(section)}` (docs/troubleshooting.md, "{section}")'
+
+
 def pack(settings: Mapping[str, str]) -> str:
     """HOSTNET_RDMA_POD's value for these settings (names from PACKED, values without ";")."""
     return ";".join(name[len(ENV_PREFIX) :].lower() + "=" + value for name, value in settings.items())

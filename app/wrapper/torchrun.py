@@ -1,6 +1,8 @@
 """hostnet-rdma's torchrun wrapper: installed as `torchrun` first on PATH inside the pod.
 
-It runs inside users' training images, so: standard library only, Python 3.8+, one file.
+It runs inside users' training images, so: standard library only, Python 3.8+. Beside it in
+the pod: the rules (rules.py), the fabric checks (fabric.py) and the NCCL watch (ncclwatch.py,
+with its log reader and path probe).
 It sees the final, shell-expanded argv, merges in what a host-network pod needs for
 torchrun's rendezvous, checks what would otherwise hang for ten minutes, and execs the
 real torchrun. User-given values always win.
@@ -17,7 +19,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import struct
@@ -25,20 +26,16 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 try:
     import hostnet_rdma_fabric as fabric  # type: ignore[import-not-found,unused-ignore]  # in a pod
 except ImportError:
     from app.wrapper import fabric  # type: ignore[no-redef,unused-ignore]
 try:
-    import hostnet_rdma_nccllog as nccllog  # type: ignore[import-not-found,unused-ignore]  # in a pod
+    import hostnet_rdma_ncclwatch as ncclwatch  # type: ignore[import-not-found,unused-ignore]  # in a pod
 except ImportError:
-    from app.wrapper import nccllog  # type: ignore[no-redef,unused-ignore]
-try:
-    import hostnet_rdma_pathprobe as pathprobe  # type: ignore[import-not-found,unused-ignore]  # in a pod
-except ImportError:
-    from app.wrapper import pathprobe  # type: ignore[no-redef,unused-ignore]
+    from app.wrapper import ncclwatch  # type: ignore[no-redef,unused-ignore]
 try:
     import hostnet_rdma_rules as rules  # type: ignore[import-not-found,unused-ignore]  # in a pod: beside this file
 except ImportError:  # in the repository and the webhook image
@@ -53,12 +50,8 @@ is_own_endpoint = rules.is_own_endpoint
 expand = rules.expand
 expand_sum = rules.expand_sum
 
-PREFIX = "hostnet-rdma"
-
-
-# Where each refusal is explained: a section of the project's docs/troubleshooting.md.
-def _see(section: str) -> str:
-    return f'See `hostnet-rdma help {rules.help_topic(section)}` (docs/troubleshooting.md, "{section}")'
+PREFIX = rules.PREFIX
+_see = rules.see
 
 
 ETCD_BACKENDS = rules.ETCD_BACKENDS
@@ -542,230 +535,6 @@ def fabric_preflight(plan: rules.Plan, env: Mapping[str, str]) -> None:
 
 
 # ---------------------------------------------------------------------------- transport watch
-# NCCL says which transport it chose (IB or Socket, which HCAs, GPUDirect) and when each
-# communicator's start-up begins and ends only at INFO level, and images commonly set
-# NCCL_DEBUG=WARN. So NCCL writes its lines to files of the wrapper's (unless the user chose a
-# file), and a small watcher passes on what the user's level shows, prints one line once the
-# communicators are up and puts it in the termination message (`kubectl describe pod` shows the
-# transport), and says what it finds on the path to the peers when a start-up stalls.
-def nccl_debug_redirect(env: Mapping[str, str]) -> Tuple[Dict[str, str], Optional[str]]:
-    """The env that sends NCCL's lines to files in a directory of ours, and that directory;
-    ({}, None) when the user chose a file of their own. A user at INFO keeps their subsystems
-    (the watcher passes every line on); a quieter one gets INIT,NET, which it keeps to itself."""
-    if env.get("NCCL_DEBUG_FILE"):
-        return {}, None
-    for base in ("/dev/shm", os.environ.get("TMPDIR") or "/tmp"):
-        d = os.path.join(base, "hostnet-rdma-nccl-" + str(os.getpid()))
-        try:
-            os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, ".w"), "w"):
-                pass
-        except OSError:
-            continue
-        extra = {"NCCL_DEBUG_FILE": os.path.join(d, "nccl.%h.%p.log")}
-        if not _verbose(env):
-            extra.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET")
-        return extra, d
-    return {}, None
-
-
-def _verbose(env: Mapping[str, str]) -> bool:
-    return env.get("NCCL_DEBUG", "").strip().upper() in ("INFO", "TRACE")
-
-
-_NCCL_IFACE = re.compile(r"(?:Bootstrap\s*:|NET/Socket\s*:) Using (?:\[\d+\])?([\w.-]+):")
-
-
-class Stall:
-    """NCCL communicators whose start-up began (`Init START`) and has not completed."""
-
-    def __init__(self, bound: float) -> None:
-        self.bound = bound
-        self.started: Dict[Tuple[str, str], float] = {}
-        self.iface = ""
-        self.said = False
-
-    def read(self, source: str, line: str, now: float) -> None:
-        m = nccllog.INIT_STAGE.search(line)
-        if m and m.group(2) == "START":
-            self.started.setdefault((source, m.group(1)), now)
-        elif m:
-            self.started.pop((source, m.group(1)), None)
-        iface = _NCCL_IFACE.search(line)
-        if iface and not self.iface:
-            self.iface = iface.group(1)
-
-    def due(self, now: float) -> float:
-        """Seconds since the oldest pending start, once past the bound and not said yet; else 0."""
-        if self.said or not self.bound or not self.started:
-            return 0.0
-        ago = now - min(self.started.values())
-        return ago if ago >= self.bound else 0.0
-
-
-def stall_line(ago: float, pending: int, network: str, iface: str, paths: List[Any]) -> str:
-    """The one line for a stalled start-up: what stalled, and the path to each peer."""
-    comms = f"{pending} NCCL communicator{'s' if pending != 1 else ''}"
-    head = (f"{nccllog.STALL}{comms} logged Init START {ago:.0f}s ago and no Init "
-            f"COMPLETE (network {network or 'not chosen yet'}{', interface ' + iface if iface else ''})")  # fmt: skip
-    if not paths:
-        return head + "; no connection to a peer found yet to probe. Still waiting."
-    dropped = [p for p in paths if p.first_lost and p.crossed]
-    stuck = [p for p in paths if p.stuck]
-    said = "; ".join("Path to " + p.text() for p in (dropped or stuck or paths)[:3])
-    if len(paths) > 3:
-        said += f" ({len(paths)} peers probed)"
-    if dropped:
-        p = dropped[0]
-        why = (f"a hop between this node and {p.peer} drops packets over {p.largest} B without a word (an MTU "
-               "mismatch on a switch port): NCCL's start-up exchange is larger; check every port's MTU on the "
-               "path, or hostnet-rdma doctor --between THIS_NODE,PEER_NODE")  # fmt: skip
-    elif stuck:
-        why = f"TCP to {stuck[0].peer} is not getting through: check the path"
-    elif any(p.error for p in paths):
-        why = "the path could not be probed"
-    else:
-        why = "the path carries every size probed: not a large-frame drop (a slow or missing peer?)"
-    return f"{head}. {said}: {why}. Still waiting, not stopping the job."
-
-
-def stall_report(stall: Stall, parent: int, network: str, timeout: float = 1.0) -> List[Any]:
-    """Probe the path to each peer of the job's processes (the TCP sockets below torchrun)."""
-    view = pathprobe.tcp_view(parent)
-    addresses = interface_addresses()
-    peers = []
-    for peer, (local, _) in view.items():
-        iface = stall.iface or next((n for n, a in addresses.items() if local in a), "")
-        peers.append((peer, iface))
-    paths: List[Any] = pathprobe.probe_all(peers, timeout)
-    for p in paths:
-        p.stuck = view.get(p.peer, ("", ""))[1]
-    return paths
-
-
-def error_line(problem: Any) -> str:
-    """The wrapper's line for an NCCL error (nccllog.Problem): its cause, what to check, NCCL's own
-    line (which `hostnet-rdma verify` reads again in a log without NCCL's)."""
-    if problem.kind == "retry-exceeded":
-        return (f"{PREFIX}: warning: NCCL's RDMA messages to a peer were never acknowledged (transport retry "
-                "counter exceeded) after its communicators were up: most likely a hop drops large frames (an MTU "
-                "or receive-buffer mismatch); hostnet-rdma doctor --between NODE_A,NODE_B")  # fmt: skip
-    return f"{PREFIX}: warning: NCCL {problem.title} error: {problem.cause}; check {problem.check}. NCCL said: {problem.line}"
-
-
-def watch_transport(
-    d: str, env: Mapping[str, str], parent: int, alive: Callable[[], bool], poll: float = 0.5, out: Any = None
-) -> None:
-    """Follow NCCL's debug files in `d` while `alive()` (torchrun, pid `parent`, runs): pass on
-    what the user's NCCL_DEBUG would have shown, say the transport once NCCL's communicators are
-    up, with HOSTNET_RDMA_REQUIRE_RDMA stop the job when it is not RDMA, and when a start-up
-    stalls past HOSTNET_RDMA_NCCL_STALL_SECONDS say what the path to the peers carries."""
-    out = out or sys.stderr
-    level = env.get("NCCL_DEBUG", "").strip().upper()
-    offsets: Dict[str, int] = {}
-    kept: List[str] = []
-    said = False
-    told: Dict[str, None] = {}  # the kinds of NCCL error already said
-    cause_said = False
-    require = env.get(rules.ENV_REQUIRE_RDMA) == "1"
-    # requireRdma decides once a communicator spans nodes: one within a node names a network
-    # (Socket too) that carries nothing, and a job's first communicator may be such a one.
-    judged = not require
-    stall = Stall(rules.stall_seconds(env))
-    while True:
-        running = alive()
-        now = time.monotonic()
-        fresh: List[str] = []
-        for name in sorted(os.listdir(d)):
-            if not name.startswith("nccl."):
-                continue
-            path = os.path.join(d, name)
-            try:
-                with open(path, errors="replace") as f:
-                    f.seek(offsets.get(path, 0))
-                    chunk = f.read(1 << 20)
-                    offsets[path] = f.tell()
-            except OSError:
-                continue
-            for line in chunk.splitlines():
-                if level in ("INFO", "TRACE") or (" NCCL WARN " in line and level in ("WARN", "ABORT")) or (
-                        "NCCL version" in line and level in ("VERSION", "WARN")):  # fmt: skip
-                    out.write(line + "\n")
-                if nccllog.wanted(line) and len(kept) < 20000:
-                    kept.append(line)
-                    fresh.append(line)
-                if "Init " in line or " Using " in line:
-                    stall.read(name, line, now)
-        t = nccllog.Transport("\n".join(kept)) if not said or (not judged and fresh) else None
-        if t is not None and t.ready:
-            if not said:
-                said = True
-                said_line = t.line(env.get("NCCL_IB_HCA", ""))
-                out.write(f"{PREFIX}: {said_line}\n")
-                termination_message(f"{PREFIX}: {said_line}", env)
-            if not judged and (t.socket_traffic or not t.within_node):
-                judged = True
-                if t.socket_traffic:
-                    message = (f"{PREFIX}: error: NCCL uses {t.network or 'no network'}, not RDMA, and "
-                               f"{rules.ENV_REQUIRE_RDMA} says to stop rather than train at socket speed "
-                               f"({t.line(env.get('NCCL_IB_HCA', ''))}). " + _see("NCCL uses sockets, or no GDRDMA"))  # fmt: skip
-                    out.write(message + "\n")
-                    termination_message(message, env)
-                    os.kill(parent, signal.SIGTERM)
-                elif t.net_class == nccllog.UNKNOWN:
-                    out.write(f"{PREFIX}: warning: NCCL uses network {t.network}, which hostnet-rdma does not know: "
-                              f"{rules.ENV_REQUIRE_RDMA} does not stop the job\n")  # fmt: skip
-        for problem in nccllog.problems("\n".join(fresh)) if fresh and len(told) < len(nccllog.TITLES) else []:
-            if problem.kind in told:
-                continue
-            told[problem.kind] = None
-            message = error_line(problem)
-            out.write(message + "\n")
-            if problem.primary and not cause_said:
-                cause_said = True  # the first cause stays in the termination message; what follows from it does not
-                termination_message(message, env)
-        ago = stall.due(now) if running else 0.0
-        if ago:
-            stall.said = True
-            out.flush()
-            network = nccllog.Transport("\n".join(kept)).network
-            message = stall_line(ago, len(stall.started), network, stall.iface, stall_report(stall, parent, network))
-            out.write(message + "\n")
-            termination_message(message, env)
-        out.flush()
-        if not running:
-            shutil.rmtree(d, ignore_errors=True)
-            return
-        time.sleep(poll)
-
-
-def start_transport_watch(env: Dict[str, str]) -> None:
-    """Before torchrun starts: the redirect into `env`, and the watcher in a child process of
-    this one (which becomes torchrun: the watcher follows it until it ends)."""
-    extra, d = nccl_debug_redirect(env)
-    if d is None:
-        return
-    parent = os.getpid()
-    try:
-        pid = os.fork()
-    except OSError:
-        return  # no watcher: the user's NCCL_DEBUG stays as it was
-    if pid:
-        env.update(extra)
-        return
-    try:
-        # Its own session (a terminal's ^C goes to torchrun, which ends the job) and no hold on
-        # stdin/stdout: whoever reads the pod's output sees EOF when torchrun ends. torchrun's
-        # end is seen as this process being re-parented, which happens at exit, zombie or not.
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 0)
-        os.dup2(null, 1)
-        watch_transport(d, env, parent, lambda: os.getppid() == parent)
-    finally:
-        os._exit(0)
-
-
 def _dry_run(new_args: List[str], plan: rules.Plan, env: Mapping[str, str]) -> None:
     """HOSTNET_RDMA_DRY_RUN: the log lines and the fabric checks, then the final argv as JSON
     (no DNS wait: the interface is looked up with whatever resolves now)."""
@@ -818,7 +587,7 @@ def main(args: Sequence[str], env: Optional[Dict[str, str]] = None) -> int:
         return 1
     _report(plan, env, extra_env, notes)
     env.update(extra_env)
-    start_transport_watch(env)
+    ncclwatch.start(env, termination_message, interface_addresses)
     # execve keeps the pid: the start-up hook in the real torchrun sees it is already handled.
     env[rules.ENV_HANDLED] = str(os.getpid())
     os.execve(real, [real, *new_args], env)
@@ -845,7 +614,7 @@ def intercept(argv: List[str]) -> None:
     _report(plan, env, extra_env, notes)
     os.environ.update(extra_env)
     watched = dict(env, **extra_env)
-    start_transport_watch(watched)
+    ncclwatch.start(watched, termination_message, interface_addresses)
     os.environ.update({k: watched[k] for k in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE") if k in watched})
     os.environ[rules.ENV_HANDLED] = str(os.getpid())
     argv[1:] = new_args
