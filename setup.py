@@ -19,8 +19,12 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-# The modules every admission runs: the core, the rules it shares with the wrapper, the review.
-COMPILED = sorted([str(p) for p in Path("app/core").rglob("*.py")] + ["app/wrapper/rules.py", "app/webhook/review.py"])
+# The modules every admission runs: the core, the rules it shares with the wrapper, the review,
+# and the record of it an Event is made from.
+COMPILED = sorted(
+    [str(p) for p in Path("app/core").rglob("*.py")]
+    + ["app/wrapper/rules.py", "app/webhook/review.py", "app/events/record.py"]
+)
 
 
 def compiling() -> bool:

@@ -387,12 +387,12 @@ def mutate(pod: Obj, params: Params) -> Result:
                 Warned(reasons.ANNOTATION_IGNORED, f"{names.ANN_RDZV_PORT}={raw!r} is not a port; using {port}")
             )
     info = launchers.describe(out, port)
-    if not pinned:
+    if not pinned and info.default_port:
         derived = job_port(params.config, info.rdzv_id)
-        if derived != port and info.rdzv_endpoint.endswith(f":{port}"):
+        if derived != port:
             # A launcher-default endpoint: its store binds this port on the host network, so
             # each job gets a port of its own (two jobs sharing nodes would collide on one).
-            info = launchers.describe(out, derived)
+            info.rdzv_endpoint = info.rdzv_endpoint[: -len(str(port))] + str(derived)
     if label != names.INJECT_LABEL_VALUE:
         why = _not_training(pod, info, ann, params.config.rdma_resource_prefixes)
         if why:

@@ -37,6 +37,9 @@ class LauncherInfo:
     # Glob patterns of the host names of the job's pods (`job-*`): an endpoint matching none
     # names no pod, so nobody would host the store (reported at admission and run time).
     peers: tuple[str, ...] = ()
+    # The endpoint's port is the one describe() was given (the launcher implies the store's
+    # port, the user named none): a job's own port may replace it (mutate.job_port).
+    default_port: bool = False
 
     # Written out: the dataclass's generated __init__ runs interpreted even in the compiled
     # core (~2 us a pod when frozen); this one compiles. Same fields, same order and defaults.
@@ -54,6 +57,7 @@ class LauncherInfo:
         nnodes: str = "",
         designated_container: str = "",
         peers: tuple[str, ...] = (),
+        default_port: bool = False,
     ) -> None:
         self.launcher = launcher
         self.job = job
@@ -67,6 +71,7 @@ class LauncherInfo:
         self.nnodes = nnodes
         self.designated_container = designated_container
         self.peers = peers
+        self.default_port = default_port
 
     def _bases(self) -> list[str]:
         """The names a Service makes for this pod, before the namespace: `host.subdomain`

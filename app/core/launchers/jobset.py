@@ -48,6 +48,7 @@ def _info(launcher: str, pod: Pod, designated: str = "", endpoint: str = "") -> 
         rdzv_id=uid,
         designated_container=designated,
         peers=(f"{js}-*",) if js else (),
+        default_port=bool(endpoint),
     )
 
 

@@ -40,6 +40,7 @@ class LeaderWorkerSet:
             subdomain=subdomain,
             advertised_address=f"{hostname}.{subdomain}" if hostname else "",
             rdzv_endpoint=f"${{LWS_LEADER_ADDRESS}}:{rdzv_port}",
+            default_port=True,
             rdzv_backend="c10d",
             rdzv_id=lab.get(GROUP_KEY) or (f"{lws}-{group}" if group else ""),
             nnodes="${LWS_GROUP_SIZE}",

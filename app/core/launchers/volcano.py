@@ -58,8 +58,9 @@ class Volcano:
         if master_addr and world_size:
             # The pytorch plugin: it names the store's task (--master=<task>), its port, and
             # counts only its master and worker tasks (not a tensorboard task, say).
-            port = env_literal(pod, "MASTER_PORT") or str(rdzv_port)
-            endpoint, nnodes = f"{master_addr}:{port}", world_size
+            own_port = env_literal(pod, "MASTER_PORT")
+            endpoint, nnodes = f"{master_addr}:{own_port or rdzv_port}", world_size
+            default_port = not own_port
         else:
             # Every training task counts (master and worker when there are, so a sidecar task such
             # as tensorboard does not). The store lives on index 0 of the first counted task by
@@ -70,6 +71,7 @@ class Volcano:
             counted = [t for t in tasks if t in ("MASTER", "WORKER")] or tasks
             store_task = dns_name(counted[0].lower().replace("_", "-")) if counted else task
             endpoint = f"{job}-{store_task}-0.{job}:{rdzv_port}" if job and store_task else ""
+            default_port = bool(endpoint)
             nnodes = "+".join(f"${{VC_{t}_NUM}}" for t in counted)
         return LauncherInfo(
             launcher=self.name,
@@ -78,6 +80,7 @@ class Volcano:
             subdomain=subdomain,
             advertised_address=f"{hostname}.{subdomain}" if hostname and subdomain else hostname,
             rdzv_endpoint=endpoint,
+            default_port=default_port,
             rdzv_backend="c10d",
             # The job UID (as for every other launcher); its PodGroup name `<job>-<uid>` without one.
             rdzv_id=str(ref.get("uid") or "") or ann.get(GROUP_NAME, ""),
