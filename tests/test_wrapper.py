@@ -482,29 +482,9 @@ def test_wrapper_is_python_3_8_grammar_before_and_after_minifying() -> None:
         ast.parse(path.read_text(), feature_version=(3, 8))
         ast.parse(minify(path.read_text()), feature_version=(3, 8))
         assert ast.dump(ast.parse(minify(path.read_text()))) != ""
-    # It travels in every pod spec with delivery inline: rules, fabric checks, wrapper, start-up
-    # hook, compressed. A ratchet: 15,020 B once the identities expansion moved into the rules;
-    # 15,320 with HOSTNET_RDMA_POD's unpacking (which takes ~230 B of env out of every pod);
-    # 15,810 with the derived settings and the resolv.conf zone (~150 B out of every pod);
-    # 17,260 with the run-time is_host for endpoints that name no pod and the refusals (their
-    # one-line causes are most of it); 17,450 with the termination message; 17,620 with the
-    # bind test for addresses; 17,790 with the peer patterns made once per job shape (admission
-    # time: ~1.5 us a pod); 18,260 with the SIGTERM handler and the lookups a signal can interrupt;
-    # 19,700 with the checks of flags left from hand-written shell (--local-addr, is_host, the
-    # static master address: their causes are most of it); 20,610 with the store port's claim
-    # (two jobs' stores on one node); 22,950 with the NCCL transport watcher (NCCL's INIT/NET
-    # lines to files of ours when the user's NCCL_DEBUG is quieter, one transport line, the
-    # silent-drop warning, HOSTNET_RDMA_REQUIRE_RDMA); 23,190 with the parser of that line, which
-    # verify shares; 23,400 with the bounds on tenant text (option prefixes by lookup, peers as
-    # prefixes rather than globs, numbers of at most 9 digits, a DNS timeout read safely); 23,470
-    # with the refusal of a static rendezvous that has no node count; 28,700 with the stall
-    # watch (NCCL's Init START without COMPLETE) and its path probe (ICMP sizes, TCP's own
-    # unacknowledged bytes), pathprobe.py; 29,460 with the socket pinning of programs that start
-    # torch.distributed without torchrun (MASTER_ADDR, PET_MASTER_ADDR, LWS_LEADER_ADDRESS); 37,040
-    # with the NCCL log reader (nccllog.py: every network plugin's name, the errors users meet with
-    # their causes, which the wrapper's lines and termination message carry); 37,630 with
-    # requireRdma waiting for a communicator that spans nodes (nNodes). The default delivery
-    # carries none of it.
+    # It travels in every pod spec with delivery inline (the default delivery carries none of
+    # it), compressed. A ratchet: its growth, change by change, is in docs/benchmarks-history.md
+    # ("The inline wrapper payload").
     assert len(payload()) < 38_000
 
 

@@ -110,9 +110,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"  curl --cacert {settings.cert_dir / tls.CA_FILE} https://127.0.0.1:{settings.port}/healthz",
             file=sys.stderr,
         )
-    # What start-up allocated (~60k objects: the web stack, pydantic, our modules) lives as long
-    # as the process: out of the collector's sight, a full collection under load stops the
-    # server for ~0 ms instead of ~12 ms.
+    # What start-up allocated (the web stack, pydantic, our modules) lives as long as the
+    # process: out of the collector's sight, a full collection under load does not stop the
+    # server to walk it (BENCHMARKS.md, "What we optimised").
     gc.collect()
     gc.freeze()
     try:

@@ -27,7 +27,7 @@ _SPECIAL = re.compile(r"[\"'\\#$`]")
 _PLAIN = re.compile(r"[();<>|&]+|\n|[^ \t\n();<>|&]+")
 
 # Scripts already split, by their text: every pod of a job carries its template's script, so
-# all but the first are a lookup (the launchers' scripts cost ~10 us to split). Bounded in
+# all but the first are a lookup (splitting a launcher's script costs more). Bounded in
 # entries (a full cache is emptied, never grown) and in what one entry may hold: a script is
 # user input, and may be a megabyte.
 _SPLIT: dict[str, tuple[str, ...]] = {}

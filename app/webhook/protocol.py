@@ -16,8 +16,8 @@ connection that stays idle that long is closed.
 
 Writes coalesced: uvicorn writes a response's head and its body separately, and over TLS each
 write is a record and a send() of its own. CoalescingTransport holds a write back until the next
-one (the body after the head) or the end of the loop turn, and sends them as one (+7% saturation
-throughput, BENCHMARKS.md).
+one (the body after the head) or the end of the loop turn, and sends them as one (BENCHMARKS.md,
+"What we optimised").
 """
 
 from __future__ import annotations
@@ -110,8 +110,8 @@ class Bounds:
         self.peak = 0
         self.over = False  # the bound was met: said once per burst, not once per connection
         # The request deadlines: connection -> loop time by which its request must have arrived,
-        # checked by one sweep every `interval` while any is armed. A timer per request (armed
-        # at its first byte, cancelled at its end) cost ~2% of saturation throughput.
+        # checked by one sweep every `interval` while any is armed: a timer per request (armed
+        # at its first byte, cancelled at its end) cost measurable throughput (BENCHMARKS.md).
         self.armed: dict[BoundedHttpToolsProtocol, float] = {}
         self.interval = min(1.0, request_timeout / 4)
         # The loops with a sweep scheduled: one sweep per loop, so a class used under a later (or

@@ -196,7 +196,7 @@ class AdmissionHandler:
     Under load, reviews run in batches: the bodies completed in one event-loop turn are reviewed
     back to back in the next (up to MAX_BATCH at a time), then their requests resume and send. A
     review run right after another finds the core's code and data in cache; run between two
-    requests' TLS and socket work it took ~3x as long (+30% saturation throughput, BENCHMARKS.md).
+    requests' TLS and socket work it took several times as long (BENCHMARKS.md, "What we optimised").
     A request that finds the server idle (no review within BUSY_SECONDS) is reviewed at once: each
     loop turn a batched request waits is a turn in which newly arrived requests are read first."""
 
@@ -328,10 +328,10 @@ class AdmissionHandler:
         return status, orjson.dumps({"error": reason})
 
     def log_admission(self, result: ReviewResult, elapsed: float) -> None:
-        # Same JSON shape as JsonLogFormatter, written directly: the logging machinery cost
-        # ~8% of throughput on this path. Lines are gathered and written once per event-loop
-        # turn: under load one write() carries many lines (+3% saturation throughput against a
-        # write and flush per line, BENCHMARKS.md); alone, a line goes out on the next turn.
+        # Same JSON shape as JsonLogFormatter, written directly: the logging machinery cost a
+        # share of throughput on this path. Lines are gathered and written once per event-loop
+        # turn: under load one write() carries many lines (measured against a write and flush
+        # per line: BENCHMARKS.md); alone, a line goes out on the next turn.
         line = {
             "level": "info",
             "logger": log.name,
@@ -370,7 +370,7 @@ def create_app(
     holder = config_holder or ConfigHolder(settings.config, settings.poll_seconds)
     metrics = Metrics(recorder)
     admission = AdmissionHandler(settings, holder, metrics, recorder)
-    # Now, not in the first admission: minifying the wrapper's files takes ~70 ms.
+    # Now, not in the first admission: minifying the wrapper's files takes tens of milliseconds.
     admission.params()
 
     @contextlib.asynccontextmanager

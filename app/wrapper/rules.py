@@ -374,7 +374,7 @@ _IP_CHARS = frozenset("0123456789abcdefABCDEF.:")
 
 def is_ip(host: str) -> bool:
     # Fast reject (every admission asks this of a DNS name): the address part of an IP literal
-    # is hex digits, dots and colons only; ipaddress's failure path costs ~20 us.
+    # is hex digits, dots and colons only; ipaddress's failure path (an exception) is slow.
     address = host.split("%", 1)[0]
     if not address or not _IP_CHARS.issuperset(address):
         return False

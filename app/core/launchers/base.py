@@ -42,7 +42,7 @@ class LauncherInfo:
     default_port: bool = False
 
     # Written out: the dataclass's generated __init__ runs interpreted even in the compiled
-    # core (~2 us a pod when frozen); this one compiles. Same fields, same order and defaults.
+    # core (BENCHMARKS.md); this one compiles. Same fields, same order and defaults.
     def __init__(
         self,
         launcher: str,
