@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check setup lint fmt golden bench clean e2e kind-e2e
+.PHONY: run test check setup lint fmt golden bench soak clean e2e kind-e2e
 
 setup: $(STAMP)
 
@@ -50,6 +50,11 @@ clean:
 # Benchmarks (BENCHMARKS.md): ~17 minutes, writes scripts/bench/results.json.
 bench: setup
 	$(PY) scripts/bench/run.py --out scripts/bench/results.json
+
+# Memory under sustained load (BENCHMARKS.md): 30 minutes at saturation on connections that come
+# and go; writes scripts/bench/soak-results.json, exits 1 if the RSS is not flat.
+soak: setup
+	$(PY) scripts/bench/soak.py --out scripts/bench/soak-results.json
 
 # The end-to-end check of a cluster with the chart installed (docs/checking.md, "Test your cluster"):
 #   make e2e E2E_ARGS="--context prod --gpus-per-node 8 --node-selector node.kubernetes.io/instance-type=BM.GPU4.8"

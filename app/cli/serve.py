@@ -82,7 +82,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(settings, holder, cert_expiry=lambda: cert.expiry.timestamp(),
                      cert_refused=lambda: cert.refused, on_startup=background.start, recorder=recorder)  # fmt: skip
 
-    from app.webhook.protocol import bounded_protocol
+    from app.webhook.protocol import EVENT_LOOP, bounded_protocol
 
     config = uvicorn.Config(
         app,
@@ -97,6 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         proxy_headers=False,
         server_header=False,
         timeout_keep_alive=30,
+        loop=EVENT_LOOP,
         # On SIGTERM: stop accepting, finish in-flight requests, but never hang on a slow client.
         timeout_graceful_shutdown=20,
     )

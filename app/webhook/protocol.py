@@ -33,6 +33,12 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("hostnet_rdma.server")
 
+# The event loop uvicorn runs: asyncio's, not uvloop's. Under load on connections that come and
+# go, the server's RSS grew without end on uvloop (~30 KB kept per connection closed, native
+# memory: Python's heap stays flat) and levels off on asyncio's (BENCHMARKS.md, "Memory under
+# sustained load"; uvloop issue #565).
+EVENT_LOOP = "asyncio"
+
 # The ASGI scope extension through which the app holds and resumes a request's arrival deadline.
 DEADLINE_EXTENSION = "hostnet-rdma.deadline"
 

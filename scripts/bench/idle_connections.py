@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import resource
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
@@ -94,11 +93,7 @@ def main() -> int:
     ca = tls.make_ca()
     tls.write_dir(work / "tls", tls.make_serving(ca, ["127.0.0.1"]), ca)
     port = run.free_port()
-    server = subprocess.Popen(
-        run.pin(0, [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                    "--cert-dir", str(work / "tls"), "--config", str(run.chart_config(work))]),
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("wb"),
-    )  # fmt: skip
+    server = run.serve(work, port, ROOT)
     try:
         run.wait_tcp(port, server, "hostnet-rdma serve")
         time.sleep(1)

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from app.webhook import tls  # noqa: E402
+from app.webhook.protocol import EVENT_LOOP  # noqa: E402
 
 CACHE = Path(os.environ.get("HOSTNET_RDMA_CACHE", Path.home() / ".cache" / "hostnet-rdma")) / "bench-bin"
 
@@ -144,18 +145,24 @@ def chart_config(work: Path, *sets: str) -> Path:
     return path
 
 
+def serve(work: Path, port: int, tree: Path) -> subprocess.Popen[bytes]:
+    """`hostnet-rdma serve` from `tree` on core 0 with the chart's config and the certs in
+    work/tls, at the default log level (one JSON line per admission, as in production) into
+    work/server.log."""
+    return subprocess.Popen(
+        pin(0, [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                "--cert-dir", str(work / "tls"), "--config", str(chart_config(work))]),
+        cwd=tree, stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("wb"), env=dict(os.environ),
+    )  # fmt: skip
+
+
 def start_targets(work: Path, bin_dir: Path, tree: Path) -> dict[str, tuple[str, subprocess.Popen[bytes]]]:
     ca = tls.make_ca()
     tls.write_dir(work / "tls", tls.make_serving(ca, ["127.0.0.1"]), ca)
     crt, key = str(work / "tls" / tls.CERT_FILE), str(work / "tls" / tls.KEY_FILE)
     targets: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
     port = free_port()
-    ours = subprocess.Popen(
-        pin(0, [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                "--cert-dir", str(work / "tls"), "--config", str(chart_config(work))]),
-        cwd=tree, stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("wb"),
-        env=dict(os.environ),  # default log level: one JSON line per admission, as in production
-    )  # fmt: skip
+    ours = serve(work, port, tree)
     wait_tcp(port, ours, "hostnet-rdma serve")
     if "core compiled" not in (work / "server.log").read_text():
         raise RuntimeError("hostnet-rdma serve is not running the compiled core: " + (work / "server.log").read_text())
@@ -168,7 +175,9 @@ def start_targets(work: Path, bin_dir: Path, tree: Path) -> dict[str, tuple[str,
         wait_tcp(p, proc, name)
         targets[name] = (f"https://127.0.0.1:{p}/mutate", proc)
     p = free_port()
-    proc = subprocess.Popen(pin(0, [sys.executable, str(Path(__file__).with_name("pyfloor.py")), str(p), crt, key]))
+    proc = subprocess.Popen(
+        pin(0, [sys.executable, str(Path(__file__).with_name("pyfloor.py")), str(p), crt, key, EVENT_LOOP])
+    )
     wait_tcp(p, proc, "python floor")
     targets["python-tls-floor"] = (f"https://127.0.0.1:{p}/mutate", proc)
     return targets

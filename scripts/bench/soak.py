@@ -1,19 +1,18 @@
 #!/usr/bin/env python3
 """Memory under sustained load: `hostnet-rdma serve` (the compiled core, the chart's config, the
 admission log on, as `make bench` runs it) at saturation for `--minutes`, in windows of
-`--window` seconds, each on 64 new connections (the load generator's; ~11,500 connections opened
-and closed in 30 minutes of 10 s windows). The server's RSS is read every `--sample` seconds; the
-verdict: its range after the first `--settle` minutes, against `--flat` MiB.
+`--window` seconds, each on 64 new connections (the load generator's, after its 2 s warm-up:
+~15,000 connections opened and closed in 30 minutes of 5 s windows). The server's RSS is read
+every `--sample` seconds; the verdict: its range after the first `--settle` minutes, against
+`--flat` MiB.
 
-Usage: soak.py [--minutes 30] [--window 10] [--sample 60] [--settle 5] [--flat 10] [--out FILE]
+Usage: soak.py [--minutes 30] [--window 5] [--sample 60] [--settle 5] [--flat 10] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,7 +39,7 @@ def rss_mib(pid: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=30.0)
-    ap.add_argument("--window", type=float, default=10.0, help="seconds of load on one set of connections")
+    ap.add_argument("--window", type=float, default=5.0, help="seconds of load on one set of connections")
     ap.add_argument("--sample", type=float, default=60.0, help="seconds between RSS samples")
     ap.add_argument("--settle", type=float, default=5.0, help="minutes left out of the verdict")
     ap.add_argument("--flat", type=float, default=10.0, help="MiB the RSS may range over after settling")
@@ -52,11 +51,7 @@ def main() -> int:
     ca = tls.make_ca()
     tls.write_dir(work / "tls", tls.make_serving(ca, ["127.0.0.1"]), ca)
     port = run.free_port()
-    server = subprocess.Popen(
-        run.pin(0, [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                    "--cert-dir", str(work / "tls"), "--config", str(run.chart_config(work))]),
-        cwd=run.compiled_tree(), stdout=subprocess.DEVNULL, stderr=(work / "server.log").open("wb"), env=dict(os.environ),
-    )  # fmt: skip
+    server = run.serve(work, port, run.compiled_tree())
     samples: list[dict[str, float]] = []
     windows: list[dict[str, Any]] = []
     start = time.monotonic()
