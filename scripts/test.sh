@@ -9,7 +9,7 @@
 # tiers; then, once the Kubernetes binaries and images are there, the API-server tier and the
 # cluster tier without the launchers; then, once the launchers' controllers are built, the
 # launchers' part of the cluster tier. With arguments (`scripts/test.sh tests/test_x.py -k y`)
-# everything is built first and pytest runs once with them.
+# pytest runs once with them, after building only what the tests they select need.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -28,9 +28,11 @@ step scripts/testenv/build-binaries.sh helm
 
 root() { [ "$(id -u)" = 0 ]; }
 if [ $# -gt 0 ]; then
-  step scripts/testenv/build-binaries.sh
-  step scripts/testenv/build-launchers.sh
-  if root; then step scripts/testenv/build-images.sh; fi
+  # Only what the selected tests need (scripts/testenv/needs.py collects them, runs none).
+  needs=$("$PY" scripts/testenv/needs.py "$@")
+  case "$needs" in *binaries*) step scripts/testenv/build-binaries.sh ;; esac
+  case "$needs" in *launchers*) step scripts/testenv/build-launchers.sh ;; esac
+  case "$needs" in *images*) if root; then step scripts/testenv/build-images.sh; fi ;; esac
   exec "$PY" -m pytest "$@"
 fi
 
