@@ -138,7 +138,10 @@ class Background:
         self._events: threading.Thread | None = None
 
     def start(self) -> None:
-        self.cert.attach(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        # The loop that runs, not the one asked for: uvloop's kept memory per connection (protocol.EVENT_LOOP).
+        logging.getLogger("hostnet_rdma.server").info("event loop %s.%s", type(loop).__module__, type(loop).__name__)
+        self.cert.attach(loop)
         self.cert.start()
         self.holder.start()
         if self.keeper is not None:

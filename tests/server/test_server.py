@@ -340,6 +340,16 @@ def test_one_json_log_line_per_admission(server: Server) -> None:
     assert entry["namespace"] == "team-a" and entry["pod"] == "ddp-vc-worker-1" and entry["ms"] > 0
 
 
+def test_it_runs_on_asyncios_event_loop_not_uvloops(server: Server) -> None:
+    """uvloop (uvicorn's default where installed) kept ~30 KB of native memory per TLS connection
+    closed under load, without end (BENCHMARKS.md, "Memory under sustained load"): the server
+    says which loop it runs, and it is asyncio's."""
+    lines = [json.loads(line) for line in server.log.read_text().splitlines() if "event loop" in line]
+    assert len(lines) == 1, server.log.read_text()
+    assert lines[0]["msg"].startswith("event loop asyncio."), lines[0]
+    assert "uvloop" not in lines[0]["msg"]
+
+
 # ------------------------------------------------------------------ fuzz
 
 json_values = st.recursive(
