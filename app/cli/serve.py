@@ -86,7 +86,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     config = uvicorn.Config(
         app,
-        http=bounded_protocol(settings.request_timeout_seconds, settings.max_header_bytes, settings.max_connections),
+        # Reviews are read and answered by the protocol itself where they can be (protocol.Direct).
+        http=bounded_protocol(
+            settings.request_timeout_seconds, settings.max_header_bytes, settings.max_connections, direct=app.admission
+        ),
         host=settings.host,
         port=settings.port,
         ssl_context_factory=lambda _cfg, _default: cert.context,

@@ -14,6 +14,14 @@ connection closed unanswered; failurePolicy decides the pod). Here a draining co
 answers whatever arrives within `drain_idle` seconds, with `connection: close`, and only a
 connection that stays idle that long is closed.
 
+Admission reviews off the ASGI path: a `POST /mutate` that the server can answer at once (a
+JSON body of a declared length within the bounds, HTTP/1.1, nothing else in flight on the
+connection) is read and answered by the protocol itself, through the `Direct` the server gives
+it: no ASGI scope, task, receive or send messages, which cost about as much CPU as a whole
+fixed-response request (BENCHMARKS.md, "Where one review's time goes"). Every other request,
+and a review that must wait for the held-bytes bound, takes uvicorn's ASGI path as before; the
+order of responses on a connection is kept across the two.
+
 Writes coalesced: uvicorn writes a response's head and its body separately, and over TLS each
 write is a record and a send() of its own. CoalescingTransport holds a write back until the next
 one (the body after the head) or the end of the loop turn, and sends them as one (BENCHMARKS.md,
@@ -26,8 +34,10 @@ import asyncio
 import ctypes
 import ctypes.util
 import logging
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from http import HTTPStatus
+from typing import Any, Protocol, TypeVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -71,6 +81,13 @@ class CoalescingTransport:
             self.flush()  # a response's body after its head: no reason to wait longer
         else:
             self._loop.call_soon(self.flush)
+
+    def write_now(self, data: bytes) -> None:
+        """Send `data` now, after what is pending: a whole response, nothing to join it with."""
+        if self._pending:
+            self.flush()
+        if not self._transport.is_closing():
+            self._transport.write(data)
 
     def flush(self) -> None:
         if not self._pending:
@@ -175,10 +192,38 @@ class Bounds:
             self.trim()
 
 
+class Reply(Protocol):
+    """A review answered off the ASGI path, as the server holds it until it is answered."""
+
+    def cancel(self) -> bool: ...
+
+
+R = TypeVar("R", bound=Reply)
+
+
+class Direct(Protocol[R]):
+    """What the server answers off the ASGI path (app.webhook.server.AdmissionHandler)."""
+
+    path: bytes
+
+    def reserve(self, headers: list[tuple[bytes, bytes]]) -> int | None:
+        """The body size held for a review it can take now, else None (the ASGI path takes it)."""
+
+    def reply(self, size: int, send: Callable[[int, bytes], None]) -> R:
+        """The review's Reply: `send(status, body)` is called once, unless it is cancelled first."""
+
+    def submit(self, body: bytes, reply: R) -> None: ...
+
+
+_STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol under a server's Bounds (bounded_protocol makes the class)."""
+    """uvicorn's httptools protocol under a server's Bounds (bounded_protocol makes the class),
+    answering reviews through `direct` where it can."""
 
     bounds: Bounds
+    direct: Direct[Any] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -186,6 +231,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_headers = True
         self._draining = False
         self._drain_timer: asyncio.TimerHandle | None = None
+        # The direct review being read (its body so far), and those read but not yet answered,
+        # oldest first: their answers go out in this order, and ASGI requests wait behind them.
+        self._direct_body: list[bytes] | None = None
+        self._direct_reply: Reply | None = None
+        self._direct_out: deque[Reply] = deque()
+        self._read_paused_for_writes = False
 
     def _arm(self) -> None:
         self.bounds.arm(self)
@@ -207,13 +258,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        for reply in (self._direct_reply, *self._direct_out):
+            if reply is not None:
+                reply.cancel()  # its held bytes back; it is not answered
+        self._direct_reply, self._direct_body = None, None
+        self._direct_out.clear()
         if self._drain_timer is not None:
             self._drain_timer.cancel()
         super().connection_lost(exc)
         self.bounds.gone(len(self.server_state.connections))
 
+    def _idle(self) -> bool:
+        return (
+            (self.cycle is None or self.cycle.response_complete) and not self._direct_out and self._direct_body is None
+        )
+
     def shutdown(self) -> None:
         self._draining = True
+        if self._direct_out or self._direct_body is not None:
+            return  # answered with connection: close, then closed (_send_direct)
         if self.cycle is None or self.cycle.response_complete:
             # Idle: a request may be in flight towards us. Serve it (see on_headers_complete),
             # or close once the connection has stayed idle for drain_idle seconds.
@@ -223,7 +286,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _close_if_idle(self) -> None:
         self._drain_timer = None
-        if (self.cycle is None or self.cycle.response_complete) and not self._in_request():
+        if self._idle() and not self._in_request():
             self.transport.close()
         else:
             self._drain_timer = self.loop.call_later(self.bounds.drain_idle, self._close_if_idle)
@@ -254,6 +317,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
+        if self.direct is not None and self._take_direct(self.direct):
+            return
         # The app may hold the request's deadline while it waits its turn to read the body
         # (the server's bound on bodies held at once): that wait is the server's, not the client's.
         self.scope.setdefault("extensions", {})[DEADLINE_EXTENSION] = {"hold": self._disarm, "resume": self._arm}
@@ -261,14 +326,97 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._draining and self.cycle is not None:
             self.cycle.keep_alive = False  # answered with connection: close, then closed
 
+    def on_body(self, body: bytes) -> None:
+        if self._direct_body is not None:
+            self._direct_body.append(body)  # within its declared length, which is within the bound
+        else:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
         self._disarm()  # the whole request arrived; answering it is the app's business
-        super().on_message_complete()
+        if self._direct_body is None or self._direct_reply is None or self.direct is None:
+            super().on_message_complete()
+            return
+        body, reply = b"".join(self._direct_body), self._direct_reply
+        self._direct_body, self._direct_reply = None, None
+        self.direct.submit(body, reply)
+
+    def _take_direct(self, direct: Direct[Any]) -> bool:
+        """Take this request off the ASGI path: a review (POST to the review path over
+        HTTP/1.1, no upgrade, no 100-continue) with no ASGI request in flight or queued on this
+        connection, that the server can hold now (direct.reserve)."""
+        if (
+            self.url.partition(b"?")[0] != direct.path  # the API server adds ?timeout=...
+            or self.parser.get_method() != b"POST"
+            or self.parser.get_http_version() != "1.1"
+            or self.expect_100_continue
+            or self.parser.should_upgrade()
+            or not (self.cycle is None or self.cycle.response_complete)
+            or self.pipeline
+        ):
+            return False
+        size = direct.reserve(self.headers)
+        if size is None:
+            return False
+        keep_alive = self.parser.should_keep_alive()
+        reply = direct.reply(size, lambda status, body: self._send_direct(reply, keep_alive, status, body))
+        self._direct_body, self._direct_reply = [], reply
+        self._direct_out.append(reply)
+        return True
+
+    def _send_direct(self, reply: Reply, keep_alive: bool, status: int, body: bytes) -> None:
+        """A direct review's answer, in the order the reviews came (the server answers them in
+        that order): the response in one write; then what uvicorn does after a response."""
+        if self._direct_out and self._direct_out[0] is reply:
+            self._direct_out.popleft()
+        else:  # the server answers in the order submitted: only a bug comes here
+            log.error("a review answered out of order: closing its connection")
+            self.transport.close()
+            return
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        keep_alive = keep_alive and not self._draining
+        head = [_STATUS_LINES[status]]
+        head.extend(b"%s: %s\r\n" % header for header in self.server_state.default_headers)
+        head.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body))
+        head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
+        head.append(body)
+        self.transport.write_now(b"".join(head))  # type: ignore[attr-defined]
+        if not keep_alive:
+            self.transport.close()
+            return
+        if self.flow.write_paused:
+            # A client that sends reviews and does not read the answers: stop reading it until
+            # it does (uvicorn's ASGI path waits in send(); nothing waits here).
+            self.flow.pause_reading()
+            self._read_paused_for_writes = True
+        if not self._direct_out:
+            self.server_state.total_requests -= 1  # on_response_complete counts it
+            self.on_response_complete()  # the keep-alive timer, or the next queued ASGI request
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._read_paused_for_writes:
+            self._read_paused_for_writes = False
+            self.flow.resume_reading()
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if self._direct_out:  # after the reviews read before it: on_response_complete starts it
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))
+            return
+        super()._start_asgi_task(cycle, app)
 
 
 def bounded_protocol(
-    request_timeout: float, max_header_bytes: int, max_connections: int = 1000, drain_idle: float = 1.0
+    request_timeout: float,
+    max_header_bytes: int,
+    max_connections: int = 1000,
+    drain_idle: float = 1.0,
+    direct: Direct[Any] | None = None,
 ) -> type[asyncio.Protocol]:
-    """The protocol class uvicorn runs (its `http`), its connections sharing one Bounds."""
+    """The protocol class uvicorn runs (its `http`), its connections sharing one Bounds and
+    answering reviews through `direct` (None: every request through the ASGI app)."""
     bounds = Bounds(request_timeout, max_header_bytes, max_connections, drain_idle)
-    return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), {"bounds": bounds})
+    return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), {"bounds": bounds, "direct": direct})

@@ -188,6 +188,46 @@ class HeldBytes:
             turn.set_result(None)
 
 
+class DirectReply:
+    """A review the protocol reads and answers itself (protocol.Direct): in the handler's batch
+    it stands where an ASGI request's future does, with the same done/set_result/set_exception;
+    its held bytes go back once it is answered or its connection is lost (cancel)."""
+
+    def __init__(self, handler: AdmissionHandler, size: int, send: Callable[[int, bytes], None]) -> None:
+        self.handler = handler
+        self.size = size
+        self.send = send
+        self.started = time.perf_counter()
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def cancel(self) -> bool:
+        if self._done:
+            return False
+        self._done = True
+        self.handler.held.release(self.size)
+        return True
+
+    def set_result(self, result: ReviewResult) -> None:
+        if self.cancel():
+            self.send(200, self.handler.answered(result, self.started))
+
+    def set_exception(self, error: BaseException) -> None:
+        if not self.cancel():
+            return
+        if isinstance(error, BadReview):
+            self.send(*self.handler.reject(400, str(error)))
+        else:  # as uvicorn answers an exception out of the ASGI app
+            log.error("review failed", exc_info=error)
+            self.send(500, orjson.dumps({"error": "internal server error"}))
+
+
+# An ASGI request's future, or a DirectReply: what a review in the batch is answered through.
+Waiter = asyncio.Future[ReviewResult] | DirectReply
+
+
 class AdmissionHandler:
     """POST /mutate as plain ASGI: FastAPI's routing and request objects cost more than the
     mutation itself (BENCHMARKS.md). Reads a bounded JSON body, hands it to app.webhook.review.answer, counts
@@ -214,7 +254,7 @@ class AdmissionHandler:
         self.held = HeldBytes(settings.max_held_body_bytes)
         self._params: Params | None = None
         self._pending_log: list[bytes] = []
-        self._batch: list[tuple[bytes, asyncio.Future[ReviewResult]]] = []
+        self._batch: list[tuple[bytes, Waiter]] = []
         self._last_review = float("-inf")  # perf_counter() when the last review ended
         # (outcome, launcher) -> its counter: both come from fixed sets, and labels() costs
         # more than the increment.
@@ -263,27 +303,69 @@ class AdmissionHandler:
             body = b"".join(chunks)
             del chunks
             try:
-                if self._batch or time.perf_counter() - self._last_review < self.BUSY_SECONDS:
+                if self._busy():
                     result = await self.batched(body)
                 else:
                     result = answer(body, self.params())
                     self._last_review = time.perf_counter()
             except BadReview as e:
                 return self.reject(400, str(e))
-            elapsed = time.perf_counter() - started
-            key = (result.outcome, result.launcher)
-            counter = self._counters.get(key)
-            if counter is None:
-                counter = self._counters[key] = self.metrics.requests.labels(*key)
-            counter.inc()
-            self.metrics.latency.observe(elapsed)
-            if result.admission is not None and self.recorder is not None:
-                self.recorder.record(result.admission)
-            if log.isEnabledFor(logging.INFO):
-                self.log_admission(result, elapsed)
-            return 200, result.body
+            return 200, self.answered(result, started)
         finally:
             self.held.release(size)
+
+    def answered(self, result: ReviewResult, started: float) -> bytes:
+        """Count, record and log a review's result; its response body."""
+        elapsed = time.perf_counter() - started
+        key = (result.outcome, result.launcher)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self.metrics.requests.labels(*key)
+        counter.inc()
+        self.metrics.latency.observe(elapsed)
+        if result.admission is not None and self.recorder is not None:
+            self.recorder.record(result.admission)
+        if log.isEnabledFor(logging.INFO):
+            self.log_admission(result, elapsed)
+        return result.body
+
+    # The protocol's side (protocol.Direct): a review read and answered off the ASGI path.
+    path = b"/mutate"
+
+    def reserve(self, headers: list[tuple[bytes, bytes]]) -> int | None:
+        """The declared length of a JSON body within the bounds, held now; else None (the ASGI
+        path answers 413 and 415, and waits for the held-bytes bound)."""
+        ctype = declared = b""
+        for name, value in headers:
+            if name == b"content-type":
+                ctype = value
+            elif name == b"content-length":
+                declared = value
+        if not declared.isdigit() or ctype.split(b";")[0].strip().lower() != b"application/json":
+            return None
+        size = int(declared)
+        if size > self.settings.max_body_bytes or not self.held.fits(size):
+            return None
+        self.held.held += size
+        return size
+
+    def reply(self, size: int, send: Callable[[int, bytes], None]) -> DirectReply:
+        return DirectReply(self, size, send)
+
+    def submit(self, body: bytes, reply: DirectReply) -> None:
+        if self._busy():
+            self._enqueue(body, reply)
+            return
+        try:
+            result = answer(body, self.params())
+        except Exception as e:  # BadReview (400), or a bug: for this request alone
+            reply.set_exception(e)
+        else:
+            reply.set_result(result)
+        self._last_review = time.perf_counter()
+
+    def _busy(self) -> bool:
+        return bool(self._batch) or time.perf_counter() - self._last_review < self.BUSY_SECONDS
 
     async def wait_turn(self, size: int, extensions: dict[str, Any] | None) -> None:
         """Wait until the request's body fits the bound on bodies held at once; its arrival
@@ -296,25 +378,38 @@ class AdmissionHandler:
             deadline["resume"]()
 
     def batched(self, body: bytes) -> asyncio.Future[ReviewResult]:
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[ReviewResult] = loop.create_future()
-        if not self._batch:
-            loop.call_soon(self.review_batch)
-        self._batch.append((body, waiter))
+        waiter: asyncio.Future[ReviewResult] = asyncio.get_running_loop().create_future()
+        self._enqueue(body, waiter)
         return waiter
+
+    def _enqueue(self, body: bytes, waiter: Waiter) -> None:
+        if not self._batch:
+            asyncio.get_running_loop().call_soon(self.review_batch)
+        self._batch.append((body, waiter))
 
     def review_batch(self) -> None:
         batch, self._batch = self._batch[: self.MAX_BATCH], self._batch[self.MAX_BATCH :]
         if self._batch:  # the rest in the next turn: requests already answered get sent first
             asyncio.get_running_loop().call_soon(self.review_batch)
+        # All the batch's reviews first, then their answers: a direct review's answer is written
+        # (TLS, send) as it is given, and between two reviews that work took their caches.
+        params = self.params()
+        answers: list[tuple[Waiter, ReviewResult | Exception]] = []
         for body, waiter in batch:
             if waiter.done():  # cancelled: its client went away
                 continue
             try:
-                waiter.set_result(answer(body, self.params()))
+                answers.append((waiter, answer(body, params)))
             except Exception as e:  # BadReview, or a bug: for that request alone; none is left waiting
-                waiter.set_exception(e)
+                answers.append((waiter, e))
         self._last_review = time.perf_counter()
+        for waiter, got in answers:
+            if waiter.done():
+                continue
+            if isinstance(got, Exception):
+                waiter.set_exception(got)
+            else:
+                waiter.set_result(got)
 
     def params(self) -> Params:
         """Params for the live config, rebuilt only when the config is reloaded."""
