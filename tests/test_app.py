@@ -178,6 +178,7 @@ def test_reviews_of_one_loop_turn_are_answered_in_batches_each_its_own(
     # Busy: every review within BUSY_SECONDS of the last one waits for its batch. Idle: each is
     # answered at once.
     monkeypatch.setattr(handler, "BUSY_SECONDS", busy_seconds)
+    monkeypatch.setattr(handler, "MAX_BATCH", 16)
     pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
     sizes: list[int] = []
     real_batch = handler.review_batch
@@ -246,6 +247,76 @@ def test_a_bug_in_one_review_of_a_batch_fails_that_request_alone(monkeypatch: py
     results = asyncio.run(go())
     assert isinstance(results[2], RuntimeError)
     assert [json.loads(r[1])["response"]["uid"] for i, r in enumerate(results) if i != 2] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("busy_seconds", [60.0, 0.0], ids=["busy", "idle"])
+def test_direct_reviews_are_answered_in_order_and_give_their_held_bytes_back(
+    monkeypatch: pytest.MonkeyPatch, busy_seconds: float
+) -> None:
+    """The protocol's side of a review read off the ASGI path (protocol.Direct): held as it
+    arrives, answered once in the order submitted (200, 400 for a malformed review, 500 for a
+    bug, as uvicorn answers an exception), and a review whose connection went away is not
+    answered; every reserved byte goes back."""
+    import app.webhook.server
+
+    app_ = create_app(ServerSettings(config=None))
+    handler = app_.admission
+    monkeypatch.setattr(handler, "BUSY_SECONDS", busy_seconds)
+    pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
+    real = app.webhook.server.answer
+
+    def answer(body: bytes, params: Params) -> ReviewResult:
+        if b'"boom"' in body:
+            raise RuntimeError("a bug")
+        return real(body, params)
+
+    monkeypatch.setattr(app.webhook.server, "answer", answer)
+    bodies = [review(pod, uid="a"), b"not json", review(pod, uid="boom"), review(pod, uid="gone"), review(pod, uid="b")]
+    sent: list[tuple[str, int, bytes]] = []
+
+    async def go() -> None:
+        replies = []
+        for i, body in enumerate(bodies):
+            headers = [(b"content-type", b"application/json; charset=utf-8"), (b"content-length", b"%d" % len(body))]
+            size = handler.reserve(headers)
+            assert size == len(body)
+            replies.append(handler.reply(size, lambda status, out, i=i: sent.append((f"r{i}", status, out))))
+        assert handler.held.held == sum(map(len, bodies))
+        for body, reply in zip(bodies, replies, strict=True):
+            handler.submit(body, reply)
+        replies[3].cancel()  # its connection was lost before its answer
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(go())
+    assert handler.held.held == 0
+    if busy_seconds:
+        assert [who for who, _, _ in sent] == ["r0", "r1", "r2", "r4"]
+    else:  # each answered as it was submitted, before the cancel
+        assert [who for who, _, _ in sent] == ["r0", "r1", "r2", "r3", "r4"]
+    by = {who: (status, out) for who, status, out in sent}
+    assert by["r0"][0] == 200 and json.loads(by["r0"][1])["response"]["uid"] == "a"
+    assert by["r1"][0] == 400 and b"not JSON" in by["r1"][1]
+    assert by["r2"] == (500, b'{"error":"internal server error"}')
+    assert by["r4"][0] == 200 and json.loads(by["r4"][1])["response"]["uid"] == "b"
+
+
+def test_direct_path_leaves_to_the_asgi_path_what_it_must_answer_or_wait_for() -> None:
+    """reserve() takes only a JSON body of a declared length within the bounds that fits the
+    held-bytes bound now: the rest (415, 413, no length, a wait for the bound) is the ASGI path's."""
+    app_ = create_app(ServerSettings(config=None, max_body_bytes=1000, max_held_body_bytes=1500))
+    handler = app_.admission
+
+    def headers(ctype: bytes = b"application/json", length: bytes | None = b"600") -> list[tuple[bytes, bytes]]:
+        return [(b"content-type", ctype)] + ([(b"content-length", length)] if length is not None else [])
+
+    assert handler.reserve(headers(ctype=b"text/plain")) is None
+    assert handler.reserve(headers(length=b"1001")) is None
+    assert handler.reserve(headers(length=None)) is None
+    assert handler.reserve(headers(length=b"-1")) is None
+    assert handler.reserve(headers()) == 600 and handler.reserve(headers()) == 600
+    assert handler.reserve(headers()) is None  # 1,800 held would be over the bound: it waits on the ASGI path
+    assert handler.held.held == 1200
 
 
 def test_each_namespace_gets_its_own_params_and_a_new_config_drops_the_old_ones() -> None:
