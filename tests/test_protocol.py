@@ -138,3 +138,78 @@ def test_request_deadlines_are_swept_under_a_second_event_loop() -> None:
     assert not first.closing
     second = asyncio.run(connect(0.5))  # sends nothing for over its 0.2 s
     assert second.closing
+
+
+class Answering:
+    """A protocol.Direct that answers each review at once with the length of its body."""
+
+    path = b"/mutate"
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+
+    def reserve(self, headers: list[tuple[bytes, bytes]]) -> int | None:
+        return int(dict(headers)[b"content-length"])
+
+    def reply(self, size: int, send: Any) -> Any:
+        direct = self
+
+        class Reply:
+            def cancel(self) -> bool:
+                direct.cancelled += 1
+                return True
+
+            def answer(self, body: bytes) -> None:
+                send(200, b'{"got":%d}' % len(body))
+
+        return Reply()
+
+    def submit(self, body: bytes, reply: Any) -> None:
+        reply.answer(body)
+
+
+def test_a_direct_review_is_answered_in_one_write_and_its_kept_alive_connection_closed_when_idle() -> None:
+    """A review read by the protocol itself (protocol.Direct): its answer leaves in one write with
+    uvicorn's default headers; the connection is then kept alive for timeout_keep_alive, a
+    deadline the request sweep keeps (no timer per response): a next request within it is served
+    under the request deadline, and a connection idle past it is closed."""
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    from app.webhook.protocol import bounded_protocol
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:  # never called here
+        raise AssertionError
+
+    config = Config(asgi, http="httptools", timeout_keep_alive=1)
+    config.load()
+    request = (
+        b"POST /mutate?timeout=10s HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+    )
+
+    async def go() -> tuple[Recording, Answering, list[float]]:
+        direct = Answering()
+        state = ServerState()
+        state.default_headers = [(b"date", b"Mon, 07 Dec 2026 01:00:00 GMT")]
+        protocol = bounded_protocol(0.2, 8192, direct=direct)(config=config, server_state=state, app_state={})
+        real = Recording()
+        protocol.connection_made(real)
+        protocol.data_received(request)
+        protocol.data_received(request[:20])  # a next request, its first bytes only...
+        await asyncio.sleep(0.1)
+        assert not real.closing  # ...within its request deadline (0.2 s), not the keep-alive's
+        protocol.data_received(request[20:])
+        closed_after: list[float] = []
+        start = asyncio.get_running_loop().time()
+        while not real.closing and asyncio.get_running_loop().time() - start < 3:
+            await asyncio.sleep(0.05)
+        closed_after.append(asyncio.get_running_loop().time() - start)
+        protocol.connection_lost(None)
+        return real, direct, closed_after
+
+    real, direct, closed_after = asyncio.run(go())
+    answer = b'HTTP/1.1 200 OK\r\ndate: Mon, 07 Dec 2026 01:00:00 GMT\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\r\n{"got":2}'
+    assert real.events[:2] == [("write", answer), ("write", answer)]
+    assert real.events[2] == ("close", None)
+    assert 0.9 <= closed_after[0] < 2.0  # idle for timeout_keep_alive (1 s), then closed by the sweep
+    assert direct.cancelled == 0

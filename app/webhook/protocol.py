@@ -143,10 +143,14 @@ class Bounds:
         # When each loop's sweep was due: a sweep that runs late ran after the loop was busy (a
         # review of a large pod), and time the server was not reading is not the client's.
         self.due: dict[asyncio.AbstractEventLoop, float] = {}
+        # A direct answer's default headers (uvicorn's, the date's changing each second) as bytes,
+        # made once for the list uvicorn holds now.
+        self.headers: tuple[object, bytes] = (None, b"")
 
-    def arm(self, protocol: BoundedHttpToolsProtocol) -> None:
+    def arm(self, protocol: BoundedHttpToolsProtocol, seconds: float | None = None) -> None:
+        """The connection's deadline: its request's (request_timeout), or `seconds` from now."""
         loop = protocol.loop
-        self.armed[protocol] = loop.time() + self.request_timeout
+        self.armed[protocol] = loop.time() + (self.request_timeout if seconds is None else seconds)
         if loop not in self.sweeping:
             for gone in [lp for lp in self.sweeping if lp.is_closed()]:  # their sweeps never run again
                 self.sweeping.discard(gone)
@@ -237,16 +241,23 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._direct_reply: Reply | None = None
         self._direct_out: deque[Reply] = deque()
         self._read_paused_for_writes = False
+        # The deadline armed is the keep-alive's, after a direct review's answer (uvicorn's
+        # timeout_keep_alive, kept by the sweep: a timer a response cost a share of a review).
+        self._idle_deadline = False
 
     def _arm(self) -> None:
         self.bounds.arm(self)
 
     def _disarm(self) -> None:
         self.bounds.armed.pop(self, None)
+        self._idle_deadline = False
 
     def expire(self) -> None:
         if not self.transport.is_closing():
-            log.debug("closing a connection whose request did not arrive within %ss", self.bounds.request_timeout)
+            if self._idle_deadline:
+                log.debug("closing a connection idle for %ss", self.timeout_keep_alive)
+            else:
+                log.debug("closing a connection whose request did not arrive within %ss", self.bounds.request_timeout)
             self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -293,10 +304,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _in_request(self) -> bool:
         # Bytes of a next request arrived (the request deadline is armed by its first byte).
-        return self in self.bounds.armed
+        return self in self.bounds.armed and not self._idle_deadline
 
     def data_received(self, data: bytes) -> None:
-        if self not in self.bounds.armed and not self.transport.is_closing():
+        if (self._idle_deadline or self not in self.bounds.armed) and not self.transport.is_closing():
+            self._idle_deadline = False
             self._arm()  # the first byte of a later request on a kept-alive connection
         headers_pending = self._in_headers
         super().data_received(data)
@@ -377,12 +389,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         keep_alive = keep_alive and not self._draining
-        head = [_STATUS_LINES[status]]
-        head.extend(b"%s: %s\r\n" % header for header in self.server_state.default_headers)
-        head.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body))
-        head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
-        head.append(body)
-        self.transport.write_now(b"".join(head))  # type: ignore[attr-defined]
+        defaults = self.server_state.default_headers
+        cached = self.bounds.headers
+        if cached[0] is not defaults:  # uvicorn makes a new list when the date changes
+            lines = b"".join(b"%s: %s\r\n" % header for header in defaults)
+            cached = self.bounds.headers = (defaults, lines + b"content-type: application/json\r\n")
+        end = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
+        length = b"content-length: %d\r\n" % len(body)
+        self.transport.write_now(b"".join((_STATUS_LINES[status], cached[1], length, end, body)))  # type: ignore[attr-defined]
         if not keep_alive:
             self.transport.close()
             return
@@ -391,9 +405,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             # it does (uvicorn's ASGI path waits in send(); nothing waits here).
             self.flow.pause_reading()
             self._read_paused_for_writes = True
-        if not self._direct_out:
-            self.server_state.total_requests -= 1  # on_response_complete counts it
-            self.on_response_complete()  # the keep-alive timer, or the next queued ASGI request
+        if self._direct_out:
+            return
+        # What uvicorn's on_response_complete does, the keep-alive deadline in the sweep.
+        if not self._read_paused_for_writes:
+            self.flow.resume_reading()
+        if self.pipeline:  # an ASGI request that came behind the reviews
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self.bounds.arm(self, self.timeout_keep_alive)
+            self._idle_deadline = True
 
     def resume_writing(self) -> None:
         super().resume_writing()
