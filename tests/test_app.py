@@ -8,6 +8,7 @@ import asyncio
 import base64
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +300,42 @@ def test_direct_reviews_are_answered_in_order_and_give_their_held_bytes_back(
     assert by["r1"][0] == 400 and b"not JSON" in by["r1"][1]
     assert by["r2"] == (500, b'{"error":"internal server error"}')
     assert by["r4"][0] == 200 and json.loads(by["r4"][1])["response"]["uid"] == "b"
+
+
+def test_a_batch_stops_after_its_time_and_the_rest_are_reviewed_in_the_next_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch reviews for at most BATCH_SECONDS before its answers go out (a cheap review must
+    not wait behind 64 expensive ones): with no time at all, one review a turn, all answered in order."""
+    app_ = create_app(ServerSettings(config=None))
+    handler = app_.admission
+    monkeypatch.setattr(handler, "BUSY_SECONDS", 60.0)
+    monkeypatch.setattr(handler, "BATCH_SECONDS", 0.0)
+    pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
+    turns: list[int] = []
+    real_batch = handler.review_batch
+
+    def recording_batch() -> None:
+        turns.append(len(handler._batch))
+        real_batch()
+
+    monkeypatch.setattr(handler, "review_batch", recording_batch)
+    sent: list[str] = []
+
+    async def go() -> None:
+        handler._last_review = time.perf_counter()  # busy: every review waits for a batch
+        for uid in ("a", "b", "c", "d"):
+            body = review(pod, uid=uid)
+            size = handler.reserve([(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))])
+            assert size is not None
+            reply = handler.reply(size, lambda status, out: sent.append(json.loads(out)["response"]["uid"]))
+            handler.submit(body, reply)
+        for _ in range(6):
+            await asyncio.sleep(0)
+
+    asyncio.run(go())
+    assert turns == [4, 3, 2, 1]
+    assert sent == ["a", "b", "c", "d"] and handler.held.held == 0
 
 
 def test_direct_path_leaves_to_the_asgi_path_what_it_must_answer_or_wait_for() -> None:
