@@ -41,8 +41,26 @@ class Allocation(NamedTuple):
     resource: str
 
 
+# classify() by its arguments: a cluster has a few resource names, every pod lists several
+# (cpu and memory cost ~1 µs each through the patterns below). Bounded: a review may name any.
+_CLASSIFIED: dict[tuple[str, tuple[str, ...]], Allocation | None] = {}
+_CLASSIFIED_MAX = 1024
+
+
 def classify(resource: str, extra_prefixes: tuple[str, ...] = ()) -> Allocation | None:
     """The allocator behind an extended resource, or None when it is not a NIC resource."""
+    key = (resource, extra_prefixes)
+    if key in _CLASSIFIED:
+        return _CLASSIFIED[key]
+    found = _classify(resource, extra_prefixes)
+    if len(resource) <= 512:  # the API server's bound on a qualified name is 317 bytes
+        if len(_CLASSIFIED) >= _CLASSIFIED_MAX:
+            _CLASSIFIED.clear()
+        _CLASSIFIED[key] = found
+    return found
+
+
+def _classify(resource: str, extra_prefixes: tuple[str, ...]) -> Allocation | None:
     if _GPU.match(resource):
         return None
     for prefix in extra_prefixes:

@@ -4,9 +4,13 @@ AdmissionReviews `make bench` sends, with the chart's config), then its parts. R
 compiled tree to time the core as the image ships it:
 
     scripts/bench/profile_core.py [--compiled] [--n 20000] [--rounds 5] [--profile] [--soak SECONDS]
+    scripts/bench/profile_core.py --tree DIR   # answer() of another build, on these bodies
 
 --compiled re-runs itself from scripts/testenv/build-compiled.sh's tree. --profile adds the
-cProfile top functions of answer(). --soak samples the live heap of answer() alone."""
+cProfile top functions of answer(). --soak samples the live heap of answer() alone. --tree
+times `answer()` of another build (a compiled tree of an older checkout: `git worktree add
+/tmp/before REV`, then its build-compiled.sh with HOSTNET_RDMA_CACHE of its own) on this
+checkout's bodies and chart config: before and after on one machine."""
 
 from __future__ import annotations
 
@@ -22,6 +26,18 @@ from pathlib import Path
 
 ROOT = Path(os.environ.get("HOSTNET_RDMA_SRC", Path(__file__).resolve().parents[2]))
 HERE = Path(__file__).resolve().parent
+# --tree: the bodies and the config written by this checkout, timed by another build's answer().
+GIVEN = os.environ.get("HOSTNET_RDMA_BODIES")
+if "--tree" in sys.argv and not GIVEN:
+    sys.path.insert(0, str(HERE))
+    import run as bench  # this checkout's bodies and chart config, before the other build is imported
+
+    given = Path(tempfile.mkdtemp(prefix="profile-core-"))
+    bench.bodies(given / "bodies")
+    (given / "config.yaml").write_bytes(bench.chart_config(given / "chart").read_bytes())
+    tree = sys.argv[sys.argv.index("--tree") + 1]
+    env = {**os.environ, "HOSTNET_RDMA_COMPILED": tree, "PYTHONPATH": tree, "HOSTNET_RDMA_BODIES": str(given)}
+    os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], env)
 if "--compiled" in sys.argv and not os.environ.get("HOSTNET_RDMA_COMPILED"):
     tree = subprocess.run(["bash", str(HERE.parents[1] / "scripts" / "testenv" / "build-compiled.sh")],
                           capture_output=True, text=True, check=True,
@@ -37,11 +53,17 @@ import orjson  # noqa: E402
 from app import config  # noqa: E402  (these first: run.py puts the source tree on the path)
 from app.core import mutate  # noqa: E402
 from app.core import patch as jp  # noqa: E402
-from app.webhook import review  # noqa: E402
+
+try:
+    from app.webhook import review
+except ImportError:  # --tree of a build before app/webhook/ (2026-12-06)
+    from app import review  # type: ignore[no-redef]
 
 
 def load_bodies() -> list[bytes]:
     """The bench's bodies (scripts/bench/run.py), each as the load generator sends it."""
+    if GIVEN:
+        return [p.read_bytes() for p in sorted((Path(GIVEN) / "bodies").glob("*.json"))]
     import run as bench  # after app: it puts the source tree on the path
 
     with tempfile.TemporaryDirectory() as d:
@@ -50,6 +72,8 @@ def load_bodies() -> list[bytes]:
 
 
 def chart_params() -> review.Params:
+    if GIVEN:
+        return review.params_for(config.load(Path(GIVEN) / "config.yaml"), "default")
     import run as bench
 
     with tempfile.TemporaryDirectory() as d:
@@ -64,10 +88,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--soak", type=float, default=0)
+    ap.add_argument("--tree", help="time answer() of the build in this directory (see above)")
     args = ap.parse_args()
     where = sys.modules["app.core.mutate"].__file__ or ""
-    print(f"core: {'compiled' if where.endswith('.so') else 'interpreted'}; "
-          f"{sys.version.split()[0]}")  # fmt: skip
+    print(f"core: {'compiled' if where.endswith('.so') else 'interpreted'}; {sys.version.split()[0]}; "
+          f"{Path(where).parents[2]}")  # fmt: skip
     bodies = load_bodies()
     params = chart_params()
     # A fresh uid each review, as the API server sends: nothing may be answered from a cache.
@@ -86,6 +111,8 @@ def main() -> None:
     rounds.sort()
     print(f"answer    {rounds[0]:6.1f} us a review, min of {args.rounds} rounds (median {rounds[len(rounds) // 2]:.1f}; "
           f"{len(bodies)} bodies, {n} reviews a round)")  # fmt: skip
+    if args.tree:
+        return  # the parts below are this checkout's functions
 
     requests = [orjson.loads(b)["request"] for b in bodies]
     pods = [r["object"] for r in requests]
