@@ -243,7 +243,7 @@ class AdmissionHandler:
     loop turn a batched request waits is a turn in which newly arrived requests are read first."""
 
     MAX_BATCH = 64
-    BATCH_SECONDS = 0.005
+    BATCH_SECONDS = 0.01
     BUSY_SECONDS = 0.001
 
     def __init__(
