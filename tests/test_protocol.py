@@ -213,3 +213,64 @@ def test_a_direct_review_is_answered_in_one_write_and_its_kept_alive_connection_
     assert real.events[2] == ("close", None)
     assert 0.9 <= closed_after[0] < 2.0  # idle for timeout_keep_alive (1 s), then closed by the sweep
     assert direct.cancelled == 0
+
+
+def test_a_review_pipelined_behind_a_direct_one_waits_on_the_asgi_path_with_reading_paused() -> None:
+    """One review in flight a connection, as uvicorn's ASGI path keeps it: a second request
+    pipelined behind an unanswered direct review is queued for the ASGI app, the connection's
+    reading paused, and started once the first is answered."""
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    from app.webhook.protocol import bounded_protocol
+
+    started: list[str] = []
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        started.append(scope["path"])
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    class Deferring(Answering):
+        def __init__(self) -> None:
+            super().__init__()
+            self.waiting: list[tuple[bytes, Any]] = []
+
+        def submit(self, body: bytes, reply: Any) -> None:
+            self.waiting.append((body, reply))  # answered later, as under load
+
+    config = Config(asgi, http="httptools")
+    config.load()
+    request = b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+    class Pausable(Recording):
+        paused = False
+
+        def pause_reading(self) -> None:
+            self.paused = True
+
+        def resume_reading(self) -> None:
+            self.paused = False
+
+    async def go() -> Pausable:
+        direct = Deferring()
+        state = ServerState()
+        state.default_headers = []
+        protocol = bounded_protocol(10.0, 8192, direct=direct)(config=config, server_state=state, app_state={})
+        real = Pausable()
+        protocol.connection_made(real)
+        protocol.data_received(request + request)
+        assert len(direct.waiting) == 1 and started == []  # the second waits, unstarted
+        assert real.paused
+        direct.waiting[0][1].answer(direct.waiting[0][0])
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert started == ["/mutate"] and not real.paused
+        protocol.connection_lost(None)
+        return real
+
+    real = asyncio.run(go())
+    writes = [data for kind, data in real.events if kind == "write"]
+    assert writes[0].endswith(b'{"got":2}') and writes[1].endswith(b"ok")

@@ -355,7 +355,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _take_direct(self, direct: Direct[Any]) -> bool:
         """Take this request off the ASGI path: a review (POST to the review path over
-        HTTP/1.1, no upgrade, no 100-continue) with no ASGI request in flight or queued on this
+        HTTP/1.1, no upgrade, no 100-continue) with nothing else in flight or queued on this
         connection, that the server can hold now (direct.reserve)."""
         if (
             self.url.partition(b"?")[0] != direct.path  # the API server adds ?timeout=...
@@ -365,6 +365,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             or self.parser.should_upgrade()
             or not (self.cycle is None or self.cycle.response_complete)
             or self.pipeline
+            # One review in flight a connection, as uvicorn's ASGI path keeps it: one pipelined
+            # behind it waits there, the connection's reading paused (the API server does not
+            # pipeline; a client that does must not queue a held-bytes bound of reviews at once).
+            or self._direct_out
         ):
             return False
         size = direct.reserve(self.headers)
