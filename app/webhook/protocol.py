@@ -428,7 +428,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.flow.resume_reading()
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-        if self._direct_out:  # after the reviews read before it: on_response_complete starts it
+        if self._direct_out:  # behind the review read before it: started once that is answered (_send_direct)
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, app))
             return
