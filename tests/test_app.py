@@ -19,7 +19,7 @@ import yaml
 from app import __version__, config
 from app.core import Params, mutate
 from app.webhook.review import ReviewResult
-from app.webhook.server import create_app
+from app.webhook.server import AdmissionHandler, create_app
 from app.webhook.settings import ServerSettings
 from app.wrapper import payload
 from tests.patching import apply_patch
@@ -224,13 +224,12 @@ def test_reviews_of_one_loop_turn_are_answered_in_batches_each_its_own(
             assert status == 200 and response["uid"] == f"b{i}" and response["patchType"] == "JSONPatch"
 
 
-def test_a_bug_in_one_review_of_a_batch_fails_that_request_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def _handler_with_a_bug(monkeypatch: pytest.MonkeyPatch, busy_seconds: float) -> tuple[AdmissionHandler, dict[str, Any]]:
+    """A handler whose review of a pod with uid "boom" raises (a bug), and the pod to send."""
     import app.webhook.server
 
-    app_ = create_app(ServerSettings(config=None))
-    handler = app_.admission
-    monkeypatch.setattr(handler, "BUSY_SECONDS", 60.0)
-    pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
+    handler = create_app(ServerSettings(config=None)).admission
+    monkeypatch.setattr(handler, "BUSY_SECONDS", busy_seconds)
     real = app.webhook.server.answer
 
     def answer(body: bytes, params: Params) -> ReviewResult:
@@ -239,6 +238,11 @@ def test_a_bug_in_one_review_of_a_batch_fails_that_request_alone(monkeypatch: py
         return real(body, params)
 
     monkeypatch.setattr(app.webhook.server, "answer", answer)
+    return handler, yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
+
+
+def test_a_bug_in_one_review_of_a_batch_fails_that_request_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    handler, pod = _handler_with_a_bug(monkeypatch, 60.0)
 
     async def go() -> list[Any]:
         headers = {b"content-type": b"application/json"}
@@ -258,20 +262,7 @@ def test_direct_reviews_are_answered_in_order_and_give_their_held_bytes_back(
     arrives, answered once in the order submitted (200, 400 for a malformed review, 500 for a
     bug, as uvicorn answers an exception), and a review whose connection went away is not
     answered; every reserved byte goes back."""
-    import app.webhook.server
-
-    app_ = create_app(ServerSettings(config=None))
-    handler = app_.admission
-    monkeypatch.setattr(handler, "BUSY_SECONDS", busy_seconds)
-    pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
-    real = app.webhook.server.answer
-
-    def answer(body: bytes, params: Params) -> ReviewResult:
-        if b'"boom"' in body:
-            raise RuntimeError("a bug")
-        return real(body, params)
-
-    monkeypatch.setattr(app.webhook.server, "answer", answer)
+    handler, pod = _handler_with_a_bug(monkeypatch, busy_seconds)
     bodies = [review(pod, uid="a"), b"not json", review(pod, uid="boom"), review(pod, uid="gone"), review(pod, uid="b")]
     sent: list[tuple[str, int, bytes]] = []
 
