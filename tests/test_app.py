@@ -224,7 +224,9 @@ def test_reviews_of_one_loop_turn_are_answered_in_batches_each_its_own(
             assert status == 200 and response["uid"] == f"b{i}" and response["patchType"] == "JSONPatch"
 
 
-def _handler_with_a_bug(monkeypatch: pytest.MonkeyPatch, busy_seconds: float) -> tuple[AdmissionHandler, dict[str, Any]]:
+def _handler_with_a_bug(
+    monkeypatch: pytest.MonkeyPatch, busy_seconds: float
+) -> tuple[AdmissionHandler, dict[str, Any]]:
     """A handler whose review of a pod with uid "boom" raises (a bug), and the pod to send."""
     import app.webhook.server
 
