@@ -146,6 +146,7 @@ class Bounds:
         # A direct answer's default headers (uvicorn's, the date's changing each second) as bytes,
         # made once for the list uvicorn holds now.
         self.headers: tuple[object, bytes] = (None, b"")
+        self.direct_seen = False  # the first review taken off the ASGI path is logged, once
 
     def arm(self, protocol: BoundedHttpToolsProtocol, seconds: float | None = None) -> None:
         """The connection's deadline: its request's (request_timeout), or `seconds` from now."""
@@ -374,6 +375,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         size = direct.reserve(self.headers)
         if size is None:
             return False
+        if not self.bounds.direct_seen:
+            self.bounds.direct_seen = True
+            log.info("reviews read and answered off the ASGI path (the first: %s bytes)", size)
         keep_alive = self.parser.should_keep_alive()
         reply = direct.reply(size, lambda status, body: self._send_direct(reply, keep_alive, status, body))
         self._direct_body, self._direct_reply = [], reply

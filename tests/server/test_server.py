@@ -350,6 +350,18 @@ def test_it_runs_on_asyncios_event_loop_not_uvloops(server: Server) -> None:
     assert "uvloop" not in lines[0]["msg"]
 
 
+def test_reviews_take_the_direct_path_in_the_real_server(server: Server) -> None:
+    """`serve` hands its protocol the admission handler (protocol.Direct): a review the API
+    server sends is answered off the ASGI path, which the server says once."""
+    with server.client() as c:
+        assert post(c, review()).status_code == 200
+    deadline = time.monotonic() + 10
+    while "off the ASGI path" not in server.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = [json.loads(line) for line in server.log.read_text().splitlines() if "off the ASGI path" in line]
+    assert len(lines) == 1, server.log.read_text()[-2000:]
+
+
 # ------------------------------------------------------------------ fuzz
 
 json_values = st.recursive(
