@@ -49,3 +49,20 @@ def test_a_clusters_own_prefix_is_known_and_dra_claims_follow_the_config() -> No
     found = allocators.allocation(pod, (), dra_nics=True)
     assert found is not None and found.assumed and "DRA resource claim (nics)" in found.what
     assert allocators.allocation(pod, (), dra_nics=False) is None
+
+
+def test_classify_remembers_by_its_arguments_the_same_answers_and_a_bounded_number() -> None:
+    """classify() keeps its answers by (resource, extra prefixes): a kept answer is the one the
+    patterns give, another config's prefixes get their own, and a review naming thousands of
+    resources (the tenant's words) never keeps more than the bound, nor a name over 512 bytes."""
+    allocators._CLASSIFIED.clear()
+    for name in ("cpu", "memory", "nvidia.com/gpu", "rdma/hca", "example.com/roce-pool", "example.com/disk"):
+        assert allocators.classify(name) == allocators._classify(name, ())
+        assert allocators.classify(name) == allocators._classify(name, ())  # now from the memo
+    found = allocators.classify("example.com/disk", ("example.com/",))
+    assert found is not None and "rdmaResourcePrefixes" in found.what  # not the () answer, None
+    for i in range(3 * allocators._CLASSIFIED_MAX):
+        allocators.classify(f"example.com/r{i}")
+        assert len(allocators._CLASSIFIED) <= allocators._CLASSIFIED_MAX
+    allocators.classify("example.com/" + "x" * 600)
+    assert ("example.com/" + "x" * 600, ()) not in allocators._CLASSIFIED
