@@ -331,6 +331,39 @@ def test_a_batch_stops_after_its_time_and_the_rest_are_reviewed_in_the_next_turn
     assert sent == ["a", "b", "c", "d"] and handler.held.held == 0
 
 
+def test_a_direct_review_whose_accounting_breaks_is_still_answered_and_so_are_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Counting or logging a review (answered()) breaking must not leave that review, or the
+    others of its batch, unanswered with their held bytes kept."""
+    handler, pod = _handler_with_a_bug(monkeypatch, 60.0)
+    real = handler.answered
+    calls: list[str] = []
+
+    def answered(result: ReviewResult, started: float) -> bytes:
+        calls.append(result.uid)
+        if result.uid == "b":
+            raise RuntimeError("a bug in the metrics")
+        return real(result, started)
+
+    monkeypatch.setattr(handler, "answered", answered)
+    sent: list[tuple[int, str]] = []
+
+    async def go() -> None:
+        for uid in ("a", "b", "c"):
+            body = review(pod, uid=uid)
+            size = handler.reserve([(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))])
+            assert size is not None
+            reply = handler.reply(size, lambda status, out: sent.append((status, json.loads(out)["response"]["uid"])))
+            handler.submit(body, reply)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(go())
+    assert calls == ["a", "b", "c"]
+    assert sent == [(200, "a"), (200, "b"), (200, "c")] and handler.held.held == 0
+
+
 def test_direct_path_leaves_to_the_asgi_path_what_it_must_answer_or_wait_for() -> None:
     """reserve() takes only a JSON body of a declared length within the bounds that fits the
     held-bytes bound now: the rest (415, 413, no length, a wait for the bound) is the ASGI path's."""

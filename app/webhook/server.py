@@ -211,8 +211,13 @@ class DirectReply:
         return True
 
     def set_result(self, result: ReviewResult) -> None:
-        if self.cancel():
-            self.send(200, self.handler.answered(result, self.started))
+        if not self.cancel():
+            return
+        try:
+            self.handler.answered(result, self.started)
+        except Exception:  # counting or logging it broke: the pod's answer goes out all the same,
+            log.exception("review answered, but not counted or logged")  # and the batch's others too
+        self.send(200, result.body)
 
     def set_exception(self, error: BaseException) -> None:
         if not self.cancel():
