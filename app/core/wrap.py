@@ -292,9 +292,13 @@ def _leftover_flags(c: Obj, command: Command, ctx: Context, owned: dict[str, str
     # Unbalanced quotes: the shell will refuse the script; still say what is there.
     words = command.words if command.words is not None else " ".join(command.argv).split()
     own = owned.get(names.ENV_LOCAL_ADDR, "")
-    identities = rules.expand_identities(owned.get(names.ENV_IDENTITIES, "") or own)
     local = _flag_value(words, ("--local-addr", "--local_addr"))
-    if local is not None and own and local.lower().rstrip(".") not in identities:
+    # The pod's names only where a flag is there to compare (most commands set none).
+    if (
+        local is not None
+        and own
+        and local.lower().rstrip(".") not in rules.expand_identities(owned.get(names.ENV_IDENTITIES, "") or own)
+    ):
         ctx.warn(
             reasons.LEFTOVER_FLAG,
             f"{c.get('name')}: the command sets --local-addr={local} itself (rendezvous shell the webhook replaces): "

@@ -71,9 +71,9 @@ def dns_name(value: Any) -> str:
     return value if isinstance(value, str) and _DNS_NAME.fullmatch(value) else ""
 
 
-@dataclass(frozen=True)
-class Regarding:
-    """The object an Event is about: what `kubectl describe` matches (kind, name, uid)."""
+class Regarding(NamedTuple):
+    """The object an Event is about: what `kubectl describe` matches (kind, name, uid). A tuple:
+    one is made each admission, and a frozen dataclass's generated __init__ runs interpreted."""
 
     api_version: str
     kind: str

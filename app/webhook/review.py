@@ -91,7 +91,7 @@ class ReviewResult:
     # The named constructors: each answers the review (build_response) as its outcome needs.
     @classmethod
     def skipped(cls, uid: str, namespace: str) -> ReviewResult:
-        return cls(build_response(uid), "skipped", uid=uid, namespace=namespace)
+        return ReviewResult(build_response(uid), "skipped", uid=uid, namespace=namespace)
 
     @classmethod
     def left_unchanged(
@@ -106,8 +106,8 @@ class ReviewResult:
     ) -> ReviewResult:
         """Allowed as it came, with `why` as its one warning."""
         msg = [why]
-        return cls(build_response(uid, warnings=msg), outcome, launcher=launcher, uid=uid, namespace=namespace,
-                   name=name, warnings=msg, admission=admission)  # fmt: skip
+        return ReviewResult(build_response(uid, warnings=msg), outcome, launcher=launcher, uid=uid, namespace=namespace,
+                            name=name, warnings=msg, admission=admission)  # fmt: skip
 
     @classmethod
     def of(
@@ -120,13 +120,17 @@ class ReviewResult:
         admission: events.Admission | None,
     ) -> ReviewResult:
         """The core's answer: `ops` (the patch, encoded) when it changed the pod."""
-        return cls(build_response(uid, ops, result.warnings), "mutated" if ops else "unchanged",
-                   launcher=result.info.launcher if result.info else "", uid=uid, namespace=namespace, name=name,
-                   warnings=result.warnings, admission=admission)  # fmt: skip
+        return ReviewResult(build_response(uid, ops, result.warnings), "mutated" if ops else "unchanged",
+                            launcher=result.info.launcher if result.info else "", uid=uid, namespace=namespace,
+                            name=name, warnings=result.warnings, admission=admission)  # fmt: skip
 
 
 def _warning(text: str) -> str:
-    text = WARNING_PREFIX + " ".join(text.split())
+    # One line, single spaces. Every whitespace str.split() splits on but " " is unprintable,
+    # so a printable text without doubled or outer spaces is already that (most warnings).
+    if not text.isprintable() or "  " in text or text[:1] == " " or text[-1:] == " ":
+        text = " ".join(text.split())
+    text = WARNING_PREFIX + text
     return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
 
 

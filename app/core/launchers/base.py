@@ -219,6 +219,6 @@ def dns_name(value: str) -> str:
     rendezvous defaults and peer patterns may use it: a DNS subdomain (what the API server allows
     for object names), else "" (it names no pod). A tenant chooses these names, and a review
     need not come from the API server: never a pattern, never longer than budget.NAME_BYTES."""
-    if len(value) > budget.NAME_BYTES or not _DNS_SUBDOMAIN.fullmatch(value):
+    if not value or len(value) > budget.NAME_BYTES or not _DNS_SUBDOMAIN.fullmatch(value):
         return ""
     return value
