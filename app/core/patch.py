@@ -19,6 +19,14 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+_ABSENT: Any = object()
+
+
+def _sized(value: Any) -> bool:
+    # Two checks, not isinstance(value, list | dict): mypyc compiles these to type tests.
+    return isinstance(value, list) or isinstance(value, dict)  # noqa: SIM101
+
+
 def _diff(old: Any, new: Any, path: str, ops: list[Op]) -> None:
     # Callers guarantee old != new; equal children are skipped with one C-level compare.
     if isinstance(old, dict) and isinstance(new, dict):
@@ -26,10 +34,14 @@ def _diff(old: Any, new: Any, path: str, ops: list[Op]) -> None:
             if key not in new:
                 ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
         for key, value in new.items():
-            if key not in old:
+            was = old.get(key, _ABSENT)
+            if was is _ABSENT:
                 ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
-            elif old[key] is not value and old[key] != value:  # shared by mutate's copy: equal
-                _diff(old[key], value, f"{path}/{_escape(key)}", ops)
+            elif was is value:  # shared by mutate's copy: equal
+                continue
+            elif (_sized(was) and _sized(value) and len(was) != len(value)) or was != value:
+                # Of another length (a list the steps appended to): unequal without a compare.
+                _diff(was, value, f"{path}/{_escape(key)}", ops)
         return
     if isinstance(old, list) and isinstance(new, list):
         if len(new) > len(old) and new[: len(old)] == old:

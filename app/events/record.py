@@ -146,8 +146,9 @@ def admission(
     if about is None:
         return None
     pod = dns_name(metadata.get("name")) or dns_name(metadata.get("generateName"))
-    return Admission(about, launcher[:64], version[:64], mutated, tuple(a[:64] for a in applied[:16]),
-                     profile[:FIELD_MAX], tuple(dict.fromkeys(w.reason for w in warnings))[:MAX_WARNINGS], pod)  # fmt: skip
+    # Lists, not generators, into the tuples: a generator is an object of its own in mypyc.
+    return Admission(about, launcher[:64], version[:64], mutated, tuple([a[:64] for a in applied[:16]]),
+                     profile[:FIELD_MAX], tuple(dict.fromkeys([w.reason for w in warnings]))[:MAX_WARNINGS], pod)  # fmt: skip
 
 
 def size_of(a: Admission) -> int:
