@@ -325,7 +325,15 @@ def test_identities_travel_in_their_longest_form_and_expand_back(
     got = rules.expand_identities(sent)
     assert set(names) <= set(got) and got[0] == host
     assert all(any(n == g or n.startswith(g + ".") for n in names) for g in got)
+    assert len(got) == len(set(got))  # no name twice: one name's forms cannot repeat, several's can
     assert len(sent) <= len(",".join(names))
+
+
+def test_several_names_expand_without_repeats() -> None:
+    got = rules.expand_identities("h.sub.ns.svc.cluster.local, h.ns.svc.cluster.local,H.SUB.ns.svc.cluster.local.")
+    assert got == ["h", "h.sub", "h.sub.ns", "h.sub.ns.svc", "h.sub.ns.svc.cluster", "h.sub.ns.svc.cluster.local",
+                   "h.ns", "h.ns.svc", "h.ns.svc.cluster", "h.ns.svc.cluster.local"]  # fmt: skip
+    assert rules.expand_identities("a..b") == ["a", "a.", "a..b"]  # one name, however odd: nothing to drop
 
 
 def test_is_host_from_the_longest_name_alone() -> None:
