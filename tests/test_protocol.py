@@ -215,14 +215,158 @@ def test_a_direct_review_is_answered_in_one_write_and_its_kept_alive_connection_
     assert direct.cancelled == 0
 
 
-def test_a_review_pipelined_behind_a_direct_one_waits_on_the_asgi_path_with_reading_paused() -> None:
-    """One review in flight a connection, as uvicorn's ASGI path keeps it: a second request
-    pipelined behind an unanswered direct review is queued for the ASGI app, the connection's
-    reading paused, and started once the first is answered."""
+class Deferring(Answering):
+    """Answers reviews only when told (as under load, where they wait for their batch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting: list[tuple[bytes, Any]] = []
+
+    def submit(self, body: bytes, reply: Any) -> None:
+        self.waiting.append((body, reply))
+
+    def answer_next(self) -> None:
+        body, reply = self.waiting.pop(0)
+        reply.answer(body)
+
+
+class Pausable(Recording):
+    paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+REVIEW = b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+
+def _connected(direct: Any, asgi: Any = None, held: int = 16 << 20, **config_args: Any) -> tuple[Any, Pausable]:
     from uvicorn.config import Config
     from uvicorn.server import ServerState
 
     from app.webhook.protocol import bounded_protocol
+
+    async def refuse(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("not an ASGI request")
+
+    config = Config(asgi or refuse, http="httptools", **config_args)
+    config.load()
+    state = ServerState()
+    state.default_headers = []
+    protocol = bounded_protocol(10.0, 8192, held, direct=direct)(config=config, server_state=state, app_state={})
+    real = Pausable()
+    protocol.connection_made(real)
+    return protocol, real
+
+
+async def _turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_what_follows_an_unanswered_request_stays_unparsed_until_it_is_answered() -> None:
+    """A request at a time (#63): bytes pipelined behind a request that arrived whole are not
+    parsed until it is answered, reading paused meanwhile (uvicorn parsed and queued every
+    request it read, and resumed reading on every receive() and response)."""
+    started: list[str] = []
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        started.append(scope["path"])
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def go() -> Pausable:
+        direct = Deferring()
+        protocol, real = _connected(direct, asgi)
+        probe = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
+        protocol.data_received(REVIEW + REVIEW + probe)
+        assert len(direct.waiting) == 1 and started == [] and real.paused
+        assert protocol.unparsed == REVIEW + probe  # not parsed: nothing queued for them
+        direct.answer_next()
+        await _turns()
+        assert len(direct.waiting) == 1 and started == [] and real.paused  # the second, now
+        direct.answer_next()
+        await _turns()
+        assert started == ["/healthz"]
+        await _turns()
+        assert not real.paused and not protocol.unparsed
+        protocol.connection_lost(None)
+        return real
+
+    real = asyncio.run(go())
+    writes = [data for kind, data in real.events if kind == "write"]
+    assert writes[0].endswith(b'{"got":2}') and writes[1].endswith(b'{"got":2}') and writes[2].endswith(b"ok")
+
+
+def test_bodies_are_held_as_they_arrive_and_given_back_when_answered_or_gone() -> None:
+    """The bound on bodies held at once counts bytes as they arrive (#63): a request that
+    declares a large body and sends none holds nothing. Past the bound, connections receiving a
+    body are read no more, their request deadline held, but for one, the first to wait, read on
+    with its deadline running; all are read again once bodies fall back under the bound."""
+    announced = b"POST /mutate HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: 7000000\r\n\r\n"
+
+    async def go() -> None:
+        direct = Deferring()
+        first, first_real = _connected(direct, held=100)
+        held = first.bounds.held
+        first.data_received(announced)
+        assert held.held == 0 and not first_real.paused
+
+        def joined() -> tuple[Any, Pausable]:
+            protocol, real = _connected(direct, held=100)
+            protocol.bounds = first.bounds  # one server: its connections share the bound
+            return protocol, real
+
+        small, _ = joined()
+        small.data_received(REVIEW)
+        assert held.held == 2 and len(direct.waiting) == 1
+        first.data_received(b"x" * 150)  # past the bound: the first to wait, read on
+        assert held.held == 152 and held.reader is first and not first_real.paused
+        second, second_real = joined()
+        second.data_received(announced + b"y" * 10)  # waits: not read, its deadline held
+        assert second_real.paused and second in held.waiting and second not in second.bounds.armed
+        direct.answer_next()  # the small review answered: its 2 bytes back, still over the bound
+        await _turns()
+        assert held.held == 160 and second_real.paused
+        first.connection_lost(None)  # the large one gone: its bytes back, everyone read again
+        assert held.held == 10 and not held.waiting and held.reader is second
+        assert not second_real.paused and second in second.bounds.armed
+        second.connection_lost(None)
+        small.connection_lost(None)
+        assert held.held == 0
+
+    asyncio.run(go())
+
+
+def test_a_client_that_does_not_read_its_answers_is_read_no_more_and_closed_after_the_deadline() -> None:
+    async def go() -> Pausable:
+        protocol, real = _connected(Answering())
+        protocol.bounds.request_timeout = 0.2
+        protocol.data_received(REVIEW)
+        protocol.pause_writing()  # the transport's buffer is over its mark: the client is not reading
+        assert real.paused
+        protocol.data_received(REVIEW)  # what was already read is answered...
+        assert real.paused  # ...but nothing more is read
+        for _ in range(20):
+            await asyncio.sleep(0.05)
+            if real.closing:
+                break
+        return real
+
+    real = asyncio.run(go())
+    assert real.events[-1] == ("abort", None)
+
+
+def test_a_client_pipelining_chunked_requests_past_the_bound_is_closed_once_those_kept_are_answered() -> None:
+    """Where a request's end is not known before parsing (chunked bodies), one read may hold many
+    requests: past MAX_AHEAD the rest are not run, and the connection closes once the ones kept
+    are answered (RFC 9112 9.3.2: the client retries what was not answered)."""
+    from app.webhook.protocol import MAX_AHEAD
 
     started: list[str] = []
 
@@ -233,44 +377,18 @@ def test_a_review_pipelined_behind_a_direct_one_waits_on_the_asgi_path_with_read
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    class Deferring(Answering):
-        def __init__(self) -> None:
-            super().__init__()
-            self.waiting: list[tuple[bytes, Any]] = []
-
-        def submit(self, body: bytes, reply: Any) -> None:
-            self.waiting.append((body, reply))  # answered later, as under load
-
-    config = Config(asgi, http="httptools")
-    config.load()
-    request = b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
-
-    class Pausable(Recording):
-        paused = False
-
-        def pause_reading(self) -> None:
-            self.paused = True
-
-        def resume_reading(self) -> None:
-            self.paused = False
+    chunked = b"POST /x HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
 
     async def go() -> Pausable:
-        direct = Deferring()
-        state = ServerState()
-        state.default_headers = []
-        protocol = bounded_protocol(10.0, 8192, direct=direct)(config=config, server_state=state, app_state={})
-        real = Pausable()
-        protocol.connection_made(real)
-        protocol.data_received(request + request)
-        assert len(direct.waiting) == 1 and started == []  # the second waits, unstarted
-        assert real.paused
-        direct.waiting[0][1].answer(direct.waiting[0][0])
-        for _ in range(5):
+        protocol, real = _connected(None, asgi)
+        protocol.data_received(chunked * (MAX_AHEAD + 10))
+        for _ in range(200):
             await asyncio.sleep(0)
-        assert started == ["/mutate"] and not real.paused
-        protocol.connection_lost(None)
+            if real.closing:
+                break
         return real
 
     real = asyncio.run(go())
     writes = [data for kind, data in real.events if kind == "write"]
-    assert writes[0].endswith(b'{"got":2}') and writes[1].endswith(b"ok")
+    assert len(started) == MAX_AHEAD and sum(w.count(b"HTTP/1.1 200") for w in writes) == MAX_AHEAD
+    assert ("close", None) in real.events

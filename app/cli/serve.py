@@ -82,19 +82,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(settings, holder, cert_expiry=lambda: cert.expiry.timestamp(),
                      cert_refused=lambda: cert.refused, on_startup=background.start, recorder=recorder)  # fmt: skip
 
-    from app.webhook.protocol import EVENT_LOOP, bounded_protocol
+    from app.webhook.connections import ConnectionBudget, tls_factory
+    from app.webhook.protocol import EVENT_LOOP, bounded_protocol, malloc_trim
 
+    # TLS is ours, not uvicorn's: each accepted socket is counted before its handshake, with small
+    # buffers, and gets the serving context as it is at that moment (connections.py).
+    budget = ConnectionBudget(settings.max_connections, settings.max_handshakes, trim=malloc_trim())
+    # Reviews are read and answered by the protocol itself where they can be (protocol.Direct).
+    http = bounded_protocol(settings.request_timeout_seconds, settings.max_header_bytes,
+                            settings.max_held_body_bytes, direct=app.admission)  # fmt: skip
     config = uvicorn.Config(
         app,
-        # Reviews are read and answered by the protocol itself where they can be (protocol.Direct).
-        http=bounded_protocol(
-            settings.request_timeout_seconds, settings.max_header_bytes, settings.max_connections, direct=app.admission
-        ),
+        http=tls_factory(budget, http, lambda: cert.context),  # type: ignore[arg-type]
         host=settings.host,
         port=settings.port,
-        ssl_context_factory=lambda _cfg, _default: cert.context,
         log_level="warning",
         access_log=False,
+        # No WebSocket upgrades: nothing here speaks it, and an upgraded connection would leave
+        # the bounds of the HTTP protocol.
+        ws="none",
         # Called by the API server directly: no proxy whose X-Forwarded-* headers to trust,
         # and no per-request middleware for it.
         proxy_headers=False,

@@ -37,9 +37,13 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+if TYPE_CHECKING:
+    from app.webhook.connections import TlsConnection
 
 log = logging.getLogger("hostnet_rdma.server")
 
@@ -49,11 +53,8 @@ log = logging.getLogger("hostnet_rdma.server")
 # sustained load"; uvloop issue #565).
 EVENT_LOOP = "asyncio"
 
-# The ASGI scope extension through which the app holds and resumes a request's arrival deadline.
-DEADLINE_EXTENSION = "hostnet-rdma.deadline"
 
-
-def _malloc_trim() -> Callable[[], object]:
+def malloc_trim() -> Callable[[], object]:
     """glibc's malloc_trim: OpenSSL's per-connection buffers are freed into malloc's arenas,
     which keep the pages; without this RSS stays at its peak after a burst of connections."""
     try:
@@ -119,19 +120,63 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
+class HeldBodies:
+    """A bound on the request bodies held at once, across connections (settings
+    max_held_body_bytes): a body's bytes are counted as they arrive and given back once its
+    request is answered or its connection is gone. Nothing is reserved from a declared length,
+    so a request that announces a large body and sends none holds nothing, and nobody waits
+    behind it. Past the bound, a connection that receives body bytes is read no more, its request
+    deadline held (the wait is the server's); one of them at a time, the first to wait, is read
+    on with its deadline running, so bodies keep completing and a client that stalls is cut off;
+    all are read again once bodies held fall back under the bound. What is held stays under the
+    bound plus one body (the one read on) and one read (READ_BUFFER) a connection."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.waiting: dict[BoundedHttpToolsProtocol, None] = {}
+        self.reader: BoundedHttpToolsProtocol | None = None
+
+    def take(self, protocol: BoundedHttpToolsProtocol, size: int) -> None:
+        """`size` body bytes arrived on `protocol`."""
+        self.held += size
+        if self.held >= self.limit and protocol is not self.reader and protocol not in self.waiting:
+            self.waiting[protocol] = None
+            protocol.hold_reading()
+            self._next_reader()
+
+    def release(self, size: int) -> None:
+        self.held -= size
+        if self.waiting and self.held < self.limit:
+            waiting, self.waiting = self.waiting, {}
+            for protocol in waiting:
+                protocol.read_again()
+
+    def body_done(self, protocol: BoundedHttpToolsProtocol) -> None:
+        """`protocol`'s body arrived whole, or its connection is gone."""
+        self.waiting.pop(protocol, None)
+        if self.reader is protocol:
+            self.reader = None
+            self._next_reader()
+
+    def _next_reader(self) -> None:
+        if self.reader is None and self.waiting:
+            self.reader = next(iter(self.waiting))
+            del self.waiting[self.reader]
+            self.reader.read_again()
+
+
 class Bounds:
     """What the connections of one server share: the bounds, the request deadlines and their
-    sweep, and the peak connection count that decides when to give memory back."""
+    sweep, and the bodies held."""
 
-    def __init__(self, request_timeout: float, max_header_bytes: int, max_connections: int, drain_idle: float) -> None:
+    def __init__(
+        self, request_timeout: float, max_header_bytes: int, drain_idle: float, max_held_body_bytes: int
+    ) -> None:
         self.request_timeout = request_timeout
         self.max_header_bytes = max_header_bytes
-        self.max_connections = max_connections
         self.drain_idle = drain_idle
-        self.trim = _malloc_trim()
-        # Trim when the connection count falls back below a quarter of a peak of at least 256.
-        self.peak = 0
-        self.over = False  # the bound was met: said once per burst, not once per connection
+        self.held = HeldBodies(max_held_body_bytes)
         # The request deadlines: connection -> loop time by which its request must have arrived,
         # checked by one sweep every `interval` while any is armed: a timer per request (armed
         # at its first byte, cancelled at its end) cost measurable throughput (BENCHMARKS.md).
@@ -179,23 +224,6 @@ class Bounds:
         else:
             self.sweeping.discard(loop)
 
-    def admit(self, open_now: int) -> bool:
-        """A new connection: False when it is one over the bound (it is closed)."""
-        self.peak = max(self.peak, open_now)
-        if open_now > self.max_connections:
-            if not self.over:
-                log.warning("closing new connections: %d open, over the bound of %d", open_now, self.max_connections)
-            self.over = True
-            return False
-        self.over = False
-        return True
-
-    def gone(self, open_now: int) -> None:
-        """A connection ended: give memory back after a burst (see _malloc_trim)."""
-        if self.peak >= 256 and open_now < self.peak // 4:
-            self.peak = open_now
-            self.trim()
-
 
 class Reply(Protocol):
     """A review answered off the ASGI path, as the server holds it until it is answered."""
@@ -212,7 +240,7 @@ class Direct(Protocol[R]):
     path: bytes
 
     def reserve(self, headers: list[tuple[bytes, bytes]]) -> int | None:
-        """The body size held for a review it can take now, else None (the ASGI path takes it)."""
+        """The declared body size of a review it takes, else None (the ASGI path takes it)."""
 
     def reply(self, size: int, send: Callable[[int, bytes], None]) -> R:
         """The review's Reply: `send(status, body)` is called once, unless it is cancelled first."""
@@ -223,17 +251,69 @@ class Direct(Protocol[R]):
 _STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
 
 
+class GatedFlow(FlowControl):
+    """uvicorn's flow control, with one authority on when a connection may be read again:
+    uvicorn resumes reading on every ASGI receive() and every response, which let a client
+    pipeline requests far ahead of their answers (BoundedHttpToolsProtocol.may_read)."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: BoundedHttpToolsProtocol) -> None:
+        super().__init__(transport)
+        self._protocol = protocol
+
+    def resume_reading(self) -> None:
+        protocol = self._protocol
+        if self.read_paused and protocol.may_read():
+            if protocol.unparsed:  # first what was left unparsed, in a turn of its own: never
+                protocol.loop.call_soon(protocol.parse_unparsed)  # inside the parser's callbacks
+            else:
+                super().resume_reading()
+
+
+def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """A request's Content-Length, when it declares one and no other framing (the parser has
+    already refused the ambiguous ones)."""
+    length = None
+    for name, value in headers:
+        if name == b"content-length" and value.isdigit():
+            length = int(value)
+        elif name == b"transfer-encoding":
+            return None
+    return length
+
+
+class _Request:
+    """One request on a connection, from its headers to its answer: its body bytes held."""
+
+    __slots__ = ("body", "complete")
+
+    def __init__(self) -> None:
+        self.body = 0
+        self.complete = False
+
+
+# Requests a connection may have parsed ahead of their answers, the one being answered included.
+# The server stops reading a connection while a request that arrived whole is unanswered, so more
+# than one comes only from one read holding several; past this many the rest of that read is
+# dropped and the connection closed once the ones kept are answered (RFC 9112 9.3.2: a client
+# that pipelines retries what was not answered). The API server does not pipeline.
+MAX_AHEAD = 16
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol under a server's Bounds (bounded_protocol makes the class),
-    answering reviews through `direct` where it can."""
+    answering reviews through `direct` where it can, behind a TLS connection of the server's
+    ConnectionBudget (`tls`, set by connections.tls_factory; None in unit tests)."""
 
     bounds: Bounds
     direct: Direct[Any] | None = None
+    tls: TlsConnection | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_bytes = 0
         self._in_headers = True
+        self._began = False  # a request began in the part being parsed
+        self._between = True  # the parser is between requests
         self._draining = False
         self._drain_timer: asyncio.TimerHandle | None = None
         # The direct review being read (its body so far), and those read but not yet answered,
@@ -241,7 +321,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._direct_body: list[bytes] | None = None
         self._direct_reply: Reply | None = None
         self._direct_out: deque[Reply] = deque()
-        self._read_paused_for_writes = False
+        # Every request from its headers to its answer, oldest first, and the one being received.
+        self._requests: deque[_Request] = deque()
+        self._receiving: _Request | None = None
+        self._excess = False  # over MAX_AHEAD: closed once the requests kept are answered
+        self._dropping = False
+        # Where the parser is: a request's body, and how much of it is still to come if declared.
+        self._in_body = False
+        self._body_left: int | None = None
+        self.unparsed = b""  # what followed a request that arrived whole, parsed once it is answered
+        self._not_reading = False  # answers wait unread: the deadline armed is the client's to read
+        self.answered = 0
         # The deadline armed is the keep-alive's, after a direct review's answer (uvicorn's
         # timeout_keep_alive, kept by the sweep: a timer a response cost a share of a review).
         self._idle_deadline = False
@@ -254,31 +344,115 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._idle_deadline = False
 
     def expire(self) -> None:
-        if not self.transport.is_closing():
-            if self._idle_deadline:
-                log.debug("closing a connection idle for %ss", self.timeout_keep_alive)
-            else:
-                log.debug("closing a connection whose request did not arrive within %ss", self.bounds.request_timeout)
+        if self.transport.is_closing():
+            return
+        if self._idle_deadline:
+            log.debug("closing a connection idle for %ss", self.timeout_keep_alive)
             self.transport.close()
+            return
+        if self._not_reading:
+            log.info("closing a connection whose client did not read its answers for %ss", self.bounds.request_timeout)
+        else:
+            log.debug("closing a connection whose request did not arrive within %ss", self.bounds.request_timeout)
+        self.transport.abort()  # nothing to say to it: its slot and memory free now, not after a TLS close
+
+    # -- when the connection may be read
+
+    def _answer_owed(self) -> bool:
+        """A request arrived whole and is not answered yet."""
+        return bool(self._requests) and self._requests[0].complete
+
+    def owes_answers(self) -> bool:
+        """Answers still to write for what the client sent: a request owed one, or requests
+        left unparsed behind it."""
+        return self._answer_owed() or bool(self.unparsed)
+
+    def resting(self) -> bool:
+        return self._idle() and not self._in_request()
+
+    def may_read(self) -> bool:
+        return not (
+            self._answer_owed()
+            or self.pipeline
+            or self._excess
+            or self.flow.write_paused
+            or self in self.bounds.held.waiting
+            or self.transport.is_closing()
+        )
+
+    def hold_reading(self) -> None:
+        """Over the bound on bodies held (HeldBodies): read no more, the request deadline held."""
+        self.flow.pause_reading()
+        self._disarm()
+
+    def read_again(self) -> None:
+        if not self.transport.is_closing():
+            self._arm()
+            self.flow.resume_reading()
+
+    def _answered(self) -> None:
+        """The oldest request is answered: its body's bytes back, and what follows from it."""
+        self.answered += 1
+        if self._requests:
+            request = self._requests.popleft()
+            if request.body:
+                self.bounds.held.release(request.body)
+            request.body = 0
+        if self._excess and not self._requests:
+            self.transport.close()
+        elif self.tls is not None and not self.owes_answers():
+            self.tls.answers_sent()
+
+    # -- uvicorn's protocol
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
-        if not self.bounds.admit(len(self.server_state.connections)):
-            self.transport.close()
-            return
+        self.flow = GatedFlow(self.transport, self)
         self._arm()  # a connection that never sends a request is closed too
+
+    def _receiving_held(self) -> bool:
+        held = self.bounds.held
+        return held.reader is self or self in held.waiting
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._receiving_held():
+            self.bounds.held.body_done(self)
+        held = sum(request.body for request in self._requests)
+        for request in self._requests:
+            request.body = 0
+        self._requests.clear()
+        if held:
+            self.bounds.held.release(held)
         for reply in (self._direct_reply, *self._direct_out):
             if reply is not None:
-                reply.cancel()  # its held bytes back; it is not answered
+                reply.cancel()  # it is not answered
         self._direct_reply, self._direct_body = None, None
         self._direct_out.clear()
         if self._drain_timer is not None:
             self._drain_timer.cancel()
         super().connection_lost(exc)
-        self.bounds.gone(len(self.server_state.connections))
+
+    def pause_writing(self) -> None:
+        # The client does not read its answers: read it no more, and close it if it still has not
+        # read them by the request deadline (uvicorn waits for ever, in the ASGI send()).
+        super().pause_writing()
+        self.flow.pause_reading()
+        if not self._not_reading:
+            self._not_reading = True
+            self._idle_deadline = False
+            self.bounds.arm(self)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._not_reading:
+            self._not_reading = False
+            if self.resting():
+                self.bounds.arm(self, self.timeout_keep_alive)
+                self._idle_deadline = True
+            else:
+                self._arm()
+        self.flow.resume_reading()
 
     def _idle(self) -> bool:
         return (
@@ -305,17 +479,48 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _in_request(self) -> bool:
         # Bytes of a next request arrived (the request deadline is armed by its first byte).
-        return self in self.bounds.armed and not self._idle_deadline
+        return self in self.bounds.armed and not self._idle_deadline and not self._not_reading
 
     def data_received(self, data: bytes) -> None:
         if (self._idle_deadline or self not in self.bounds.armed) and not self.transport.is_closing():
             self._idle_deadline = False
             self._arm()  # the first byte of a later request on a kept-alive connection
-        headers_pending = self._in_headers
-        super().data_received(data)
-        # Count only what arrived while the headers were still incomplete after parsing
-        # (a chunk that completes them may carry a large body: that is not header bytes).
-        if headers_pending and self._in_headers and not self.transport.is_closing():
+        # A request at a time: what follows a request that arrived whole stays unparsed until it
+        # is answered (a client that pipelines holds no more than what one read brought in).
+        view, pos = memoryview(data), 0
+        while pos < len(data):
+            end = pos + self._next_request_part(data, pos)
+            self._parse(view[pos:end] if pos or end < len(data) else data)
+            pos = end
+            if self.transport.is_closing():
+                return
+            if pos < len(data) and not self.may_read():
+                self.unparsed = data[pos:]
+                break
+        if not self.may_read():
+            self.flow.pause_reading()
+
+    def _next_request_part(self, data: bytes, pos: int) -> int:
+        """How much of data[pos:] to parse at once: up to the end of the request being read,
+        where that is known (its headers' end, then its body's declared length), else all. A
+        guess that is off costs nothing but parsing ahead: the parser is fed the same bytes."""
+        if self._body_left is not None:
+            return min(self._body_left, len(data) - pos) or len(data) - pos
+        if self._in_body:  # a body of no declared length (chunked)
+            return len(data) - pos
+        end = data.find(b"\r\n\r\n", pos)
+        return len(data) - pos if end < 0 else end + 4 - pos
+
+    def _parse(self, data: bytes | memoryview) -> None:
+        at_boundary, self._began = self._between, False
+        super().data_received(data)  # type: ignore[arg-type]
+        if self.transport.is_closing() or not self._in_headers:
+            return
+        # The header bound, a request at a time. A part that begins between requests ends at the
+        # first end of headers (_next_request_part): if its request is still in its headers, all
+        # of it is theirs. Where a request began in a part that did not begin between requests
+        # (after a body of no declared length), its count starts with the next part.
+        if at_boundary or not self._began:
             self._header_bytes += len(data)
             if self._header_bytes > self.bounds.max_header_bytes:
                 self._disarm()
@@ -324,22 +529,58 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 )
                 self.transport.close()
 
+    def parse_unparsed(self) -> None:
+        """Reading may go on: first what was left unparsed (GatedFlow.resume_reading)."""
+        data, self.unparsed = self.unparsed, b""
+        if data and not self.transport.is_closing():
+            self.data_received(data)
+        if not self.unparsed:
+            self.flow.resume_reading()
+
     def on_message_begin(self) -> None:
-        self._in_headers, self._header_bytes = True, 0
+        self._in_headers, self._header_bytes, self._began, self._between = True, 0, True, False
+        self._in_body, self._body_left = False, None
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
-        self._in_headers = False
+        self._in_headers, self._in_body = False, True
+        self._body_left = _declared_length(self.headers)
+        if self._excess or len(self._requests) >= MAX_AHEAD:
+            self._drop_pipelined()
+            return
+        self._receiving = request = _Request()
+        self._requests.append(request)
         if self.direct is not None and self._take_direct(self.direct):
             return
-        # The app may hold the request's deadline while it waits its turn to read the body
-        # (the server's bound on bodies held at once): that wait is the server's, not the client's.
-        self.scope.setdefault("extensions", {})[DEADLINE_EXTENSION] = {"hold": self._disarm, "resume": self._arm}
         super().on_headers_complete()
         if self._draining and self.cycle is not None:
             self.cycle.keep_alive = False  # answered with connection: close, then closed
 
+    def _drop_pipelined(self) -> None:
+        """A request past MAX_AHEAD: parsed (the parser must go on), never run."""
+        if not self._excess:
+            log.info("closing a connection that pipelined over %d requests, once those are answered", MAX_AHEAD)
+        self._excess = True
+        self._receiving = None
+        self.flow.pause_reading()
+        queued = len(self.pipeline)
+        # Its cycle, made (the body the parser goes on with must not reach another request's),
+        # never started, taken out of the queue.
+        self._dropping = True
+        try:
+            super().on_headers_complete()
+        finally:
+            self._dropping = False
+        if len(self.pipeline) > queued:
+            self.pipeline.popleft()
+
     def on_body(self, body: bytes) -> None:
+        if self._body_left is not None:
+            self._body_left -= len(body)
+        request = self._receiving
+        if request is not None and (self._direct_body is not None or not self.cycle.response_complete):
+            request.body += len(body)
+            self.bounds.held.take(self, len(body))
         if self._direct_body is not None:
             self._direct_body.append(body)  # within its declared length, which is within the bound
         else:
@@ -347,6 +588,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()  # the whole request arrived; answering it is the app's business
+        self._in_body, self._body_left, self._between = False, None, True
+        if self._receiving is not None:
+            self._receiving.complete = True
+            self._receiving = None
+            if self._receiving_held():
+                self.bounds.held.body_done(self)
         if self._direct_body is None or self._direct_reply is None or self.direct is None:
             super().on_message_complete()
             return
@@ -354,10 +601,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._direct_body, self._direct_reply = None, None
         self.direct.submit(body, reply)
 
+    def on_response_complete(self) -> None:
+        self._answered()
+        super().on_response_complete()
+
     def _take_direct(self, direct: Direct[Any]) -> bool:
         """Take this request off the ASGI path: a review (POST to the review path over
         HTTP/1.1, no upgrade, no 100-continue) with nothing else in flight or queued on this
-        connection, that the server can hold now (direct.reserve)."""
+        connection, that the server takes (direct.reserve)."""
         if (
             self.url.partition(b"?")[0] != direct.path  # the API server adds ?timeout=...
             or self.parser.get_method() != b"POST"
@@ -367,8 +618,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             or not (self.cycle is None or self.cycle.response_complete)
             or self.pipeline
             # One review in flight a connection, as uvicorn's ASGI path keeps it: one pipelined
-            # behind it waits there, the connection's reading paused (the API server does not
-            # pipeline; a client that does must not queue a held-bytes bound of reviews at once).
+            # behind it waits there (the API server does not pipeline).
             or self._direct_out
         ):
             return False
@@ -408,30 +658,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if not keep_alive:
             self.transport.close()
             return
-        if self.flow.write_paused:
-            # A client that sends reviews and does not read the answers: stop reading it until
-            # it does (uvicorn's ASGI path waits in send(); nothing waits here).
-            self.flow.pause_reading()
-            self._read_paused_for_writes = True
-        if self._direct_out:
+        self._answered()
+        if self._direct_out or self.transport.is_closing():
             return
         # What uvicorn's on_response_complete does, the keep-alive deadline in the sweep.
-        if not self._read_paused_for_writes:
-            self.flow.resume_reading()
+        self.flow.resume_reading()
         if self.pipeline:  # an ASGI request that came behind the reviews
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
-        else:
+        elif not self._not_reading:
             self.bounds.arm(self, self.timeout_keep_alive)
             self._idle_deadline = True
 
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        if self._read_paused_for_writes:
-            self._read_paused_for_writes = False
-            self.flow.resume_reading()
-
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if self._dropping:
+            return
         if self._direct_out:  # behind the review read before it: started once that is answered (_send_direct)
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, app))
@@ -442,11 +683,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 def bounded_protocol(
     request_timeout: float,
     max_header_bytes: int,
-    max_connections: int = 1000,
+    max_held_body_bytes: int = 16 * 1024 * 1024,
     drain_idle: float = 1.0,
     direct: Direct[Any] | None = None,
-) -> type[asyncio.Protocol]:
-    """The protocol class uvicorn runs (its `http`), its connections sharing one Bounds and
-    answering reviews through `direct` (None: every request through the ASGI app)."""
-    bounds = Bounds(request_timeout, max_header_bytes, max_connections, drain_idle)
+) -> type[BoundedHttpToolsProtocol]:
+    """The HTTP protocol class behind each TLS connection (connections.tls_factory), its
+    connections sharing one Bounds and answering reviews through `direct` (None: every request
+    through the ASGI app)."""
+    bounds = Bounds(request_timeout, max_header_bytes, drain_idle, max_held_body_bytes)
     return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), {"bounds": bounds, "direct": direct})

@@ -7,7 +7,6 @@ checks size and content type, calls app.webhook.review, and writes; all policy l
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import datetime as dt
 import logging
@@ -28,7 +27,6 @@ from app import __version__, config
 from app.core import ConfigError, InjectConfig, Params
 from app.events import Recorder
 from app.webhook import filewatch
-from app.webhook.protocol import DEADLINE_EXTENSION
 from app.webhook.review import BadReview, ReviewResult, answer, params_for
 from app.webhook.settings import ServerSettings
 
@@ -143,59 +141,13 @@ class Metrics:
                 Gauge(name, text, registry=self.registry).set_function(read)
 
 
-class HeldBytes:
-    """A bound on the request bodies held at once, across requests (settings.max_held_body_bytes).
-    Each request reserves its declared length before it reads its body, and gives it back once
-    answered; a request that does not fit waits its turn, its body unread (uvicorn then stops
-    reading the connection past 64 KiB). Reviews run one at a time on the loop, so what they
-    hold is what was read: twelve 6.9 MiB bodies read at once took the server to 296 MiB. A
-    request larger than the bound runs alone. First come, first served."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-        self.waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
-
-    def fits(self, size: int) -> bool:
-        return not self.waiting and (self.held == 0 or self.held + size <= self.limit)
-
-    async def acquire(self, size: int) -> None:
-        if self.fits(size):
-            self.held += size
-            return
-        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiting.append((size, turn))
-        try:
-            await turn  # resolved by release(), which counted it as held
-        except BaseException:
-            if turn.done() and not turn.cancelled():
-                self.release(size)  # given its turn as it was cancelled
-            else:
-                self.waiting = collections.deque(w for w in self.waiting if w[1] is not turn)
-            raise
-
-    def release(self, size: int) -> None:
-        self.held -= size
-        while self.waiting:
-            size, turn = self.waiting[0]
-            if turn.cancelled():
-                self.waiting.popleft()
-                continue
-            if self.held and self.held + size > self.limit:
-                break
-            self.waiting.popleft()
-            self.held += size
-            turn.set_result(None)
-
-
 class DirectReply:
     """A review the protocol reads and answers itself (protocol.Direct): in the handler's batch
     it stands where an ASGI request's future does, with the same done/set_result/set_exception;
-    its held bytes go back once it is answered or its connection is lost (cancel)."""
+    cancelled when its connection is lost (the protocol gives its body's bytes back)."""
 
-    def __init__(self, handler: AdmissionHandler, size: int, send: Callable[[int, bytes], None]) -> None:
+    def __init__(self, handler: AdmissionHandler, send: Callable[[int, bytes], None]) -> None:
         self.handler = handler
-        self.size = size
         self.send = send
         self.started = time.perf_counter()
         self._done = False
@@ -207,7 +159,6 @@ class DirectReply:
         if self._done:
             return False
         self._done = True
-        self.handler.held.release(self.size)
         return True
 
     def set_result(self, result: ReviewResult) -> None:
@@ -259,7 +210,6 @@ class AdmissionHandler:
         self.metrics = metrics
         # Events on the pods' jobs (app.events): record() is a deque append; a thread sends.
         self.recorder = recorder
-        self.held = HeldBytes(settings.max_held_body_bytes)
         self._params: Params | None = None
         self._pending_log: list[bytes] = []
         self._batch: list[tuple[bytes, Waiter]] = []
@@ -272,14 +222,12 @@ class AdmissionHandler:
         if scope["method"] != "POST":
             status, body = 405, orjson.dumps({"error": "use POST"})
         else:
-            status, body = await self.handle(dict(scope["headers"]), receive, scope.get("extensions"))
+            status, body = await self.handle(dict(scope["headers"]), receive)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    async def handle(
-        self, headers: dict[bytes, bytes], receive: Receive, extensions: dict[str, Any] | None = None
-    ) -> tuple[int, bytes]:
+    async def handle(self, headers: dict[bytes, bytes], receive: Receive) -> tuple[int, bytes]:
         started = time.perf_counter()
         ctype = headers.get(b"content-type", b"").decode("latin-1")
         if ctype.split(";")[0].strip().lower() != "application/json":
@@ -288,39 +236,31 @@ class AdmissionHandler:
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
             return self.reject(413, f"body over {limit} bytes")
-        # The API server always sends a length; a body without one may be as long as the limit.
-        size = int(declared) if declared.isdigit() else limit
-        if self.held.fits(size):
-            self.held.held += size
-        else:
-            await self.wait_turn(size, extensions)
+        # The bodies held at once are bounded as their bytes arrive (protocol.HeldBodies).
+        chunks: list[bytes] = []
+        got = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return 400, b""
+            chunk = message.get("body", b"")
+            got += len(chunk)
+            if got > limit:
+                return self.reject(413, f"body over {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        del chunks
         try:
-            chunks: list[bytes] = []
-            got = 0
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return 400, b""
-                chunk = message.get("body", b"")
-                got += len(chunk)
-                if got > limit:
-                    return self.reject(413, f"body over {limit} bytes")
-                chunks.append(chunk)
-                if not message.get("more_body"):
-                    break
-            body = b"".join(chunks)
-            del chunks
-            try:
-                if self._busy():
-                    result = await self.batched(body)
-                else:
-                    result = answer(body, self.params())
-                    self._last_review = time.perf_counter()
-            except BadReview as e:
-                return self.reject(400, str(e))
-            return 200, self.answered(result, started)
-        finally:
-            self.held.release(size)
+            if self._busy():
+                result = await self.batched(body)
+            else:
+                result = answer(body, self.params())
+                self._last_review = time.perf_counter()
+        except BadReview as e:
+            return self.reject(400, str(e))
+        return 200, self.answered(result, started)
 
     def answered(self, result: ReviewResult, started: float) -> bytes:
         """Count, record and log a review's result; its response body."""
@@ -341,8 +281,8 @@ class AdmissionHandler:
     path = b"/mutate"
 
     def reserve(self, headers: list[tuple[bytes, bytes]]) -> int | None:
-        """The declared length of a JSON body within the bounds, held now; else None (the ASGI
-        path answers 413 and 415, and waits for the held-bytes bound)."""
+        """The declared length of a JSON body within the body bound; else None (the ASGI path
+        answers 413 and 415, and reads a body without a length)."""
         ctype = declared = b""
         for name, value in headers:
             if name == b"content-type":
@@ -352,13 +292,12 @@ class AdmissionHandler:
         if not declared.isdigit() or ctype.split(b";")[0].strip().lower() != b"application/json":
             return None
         size = int(declared)
-        if size > self.settings.max_body_bytes or not self.held.fits(size):
+        if size > self.settings.max_body_bytes:
             return None
-        self.held.held += size
         return size
 
     def reply(self, size: int, send: Callable[[int, bytes], None]) -> DirectReply:
-        return DirectReply(self, size, send)
+        return DirectReply(self, send)
 
     def submit(self, body: bytes, reply: DirectReply) -> None:
         if self._busy():
@@ -374,16 +313,6 @@ class AdmissionHandler:
 
     def _busy(self) -> bool:
         return bool(self._batch) or time.perf_counter() - self._last_review < self.BUSY_SECONDS
-
-    async def wait_turn(self, size: int, extensions: dict[str, Any] | None) -> None:
-        """Wait until the request's body fits the bound on bodies held at once; its arrival
-        deadline held meanwhile (our wait, not the client's slowness), restarted after."""
-        deadline = (extensions or {}).get(DEADLINE_EXTENSION)
-        if deadline is not None:
-            deadline["hold"]()
-        await self.held.acquire(size)
-        if deadline is not None:
-            deadline["resume"]()
 
     def batched(self, body: bytes) -> asyncio.Future[ReviewResult]:
         waiter: asyncio.Future[ReviewResult] = asyncio.get_running_loop().create_future()

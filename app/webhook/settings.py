@@ -23,9 +23,11 @@ class ServerSettings(BaseSettings):
     # Every request must arrive whole within this many seconds, with headers under this size.
     request_timeout_seconds: float = 10.0
     max_header_bytes: int = 64 * 1024
-    # Open connections beyond this are closed once accepted: each idle TLS connection holds
-    # ~30 KB, and the API servers need a few dozen (BENCHMARKS.md, idle connections).
+    # Open connections, counted from accept (handshakes included), and those in the TLS handshake;
+    # a new one over either takes the place of the oldest without a request answered
+    # (app.webhook.connections). What one costs: docs/security.md, "Per-connection budget".
     max_connections: int = 1000
+    max_handshakes: int = 100
     log_level: str = "info"
     # Events (events.k8s.io/v1) on the job of every opted-in pod, what was injected and each
     # warning (app.events); needs cluster credentials (in a pod: its ServiceAccount's).
