@@ -18,7 +18,7 @@ import yaml
 
 from app import __version__, config
 from app.core import Params, mutate
-from app.webhook.review import ReviewResult
+from app.webhook.review import ReviewResult, answer
 from app.webhook.server import AdmissionHandler, create_app
 from app.webhook.settings import ServerSettings
 from app.wrapper import payload
@@ -97,6 +97,35 @@ def test_get_on_mutate_is_405_and_probes_answer() -> None:
     assert call("GET", "/mutate").status_code == 405
     assert call("GET", "/healthz").text == "ok"
     assert call("GET", "/readyz").text == "ok"
+
+
+def test_the_server_is_not_ready_for_a_while_after_a_review_slower_than_the_api_server_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """#63: a review that took longer than half the webhook's timeout makes /readyz 503 with the
+    reason, so the Service sends reviews to a replica that answers in time; ready again once
+    SLOW_HOLD_SECONDS have passed without another."""
+    from app.webhook import server
+
+    app = create_app(ServerSettings(config=None, ready_max_review_seconds=0.0))
+    pod = yaml.safe_load((GOLDEN / "volcano" / "plain-c10d-worker-1.yaml").read_text())
+    now = [1000.0]
+    monkeypatch.setattr(server.time, "perf_counter", lambda: now[0])
+
+    async def go() -> list[tuple[int, str]]:
+        got = []
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://webhook") as c:
+            got.append(((r := await c.get("/readyz")).status_code, r.text))
+            now[0] += 0.5  # the review below takes half a second
+            app.admission.answered(answer(review(pod), app.admission.params()), 999.5)
+            got.append(((r := await c.get("/readyz")).status_code, r.text))
+            now[0] += server.AdmissionHandler.SLOW_HOLD_SECONDS
+            got.append(((r := await c.get("/readyz")).status_code, r.text))
+        return got
+
+    ready, slow, again = asyncio.run(go())
+    assert ready == (200, "ok") and again == (200, "ok")
+    assert slow == (503, "a review took 1.00s, over 0s (half the webhook's timeout): not ready")
 
 
 def test_metrics_count_outcomes_by_launcher(tmp_path: Path) -> None:

@@ -201,6 +201,10 @@ class AdmissionHandler:
     MAX_BATCH = 64
     BATCH_SECONDS = 0.01
     BUSY_SECONDS = 0.001
+    # How long a review slower than settings.ready_max_review_seconds keeps the server not ready:
+    # two of the chart's readiness periods, so that the Service takes it out and the API server's
+    # next reviews go to a replica that answers in time.
+    SLOW_HOLD_SECONDS = 10.0
 
     def __init__(
         self, settings: ServerSettings, holder: ConfigHolder, metrics: Metrics, recorder: Recorder | None = None
@@ -214,6 +218,7 @@ class AdmissionHandler:
         self._pending_log: list[bytes] = []
         self._batch: list[tuple[bytes, Waiter]] = []
         self._last_review = float("-inf")  # perf_counter() when the last review ended
+        self.slow = (float("-inf"), 0.0)  # until when not ready, and the slow review's seconds
         # (outcome, launcher) -> its counter: both come from fixed sets, and labels() costs
         # more than the increment.
         self._counters: dict[tuple[str, str], Any] = {}
@@ -265,6 +270,8 @@ class AdmissionHandler:
     def answered(self, result: ReviewResult, started: float) -> bytes:
         """Count, record and log a review's result; its response body."""
         elapsed = time.perf_counter() - started
+        if elapsed > self.settings.ready_max_review_seconds:
+            self.slow = (time.perf_counter() + self.SLOW_HOLD_SECONDS, elapsed)
         key = (result.outcome, result.launcher)
         counter = self._counters.get(key)
         if counter is None:
@@ -354,6 +361,16 @@ class AdmissionHandler:
             else:
                 waiter.set_result(got)
 
+    def too_slow(self) -> str | None:
+        """Why the server is not ready to review, if a review lately took longer than the API
+        server would wait (settings.ready_max_review_seconds): the reviews it sends here would
+        time out, and with failurePolicy Ignore their pods pass unplumbed."""
+        until, seconds = self.slow
+        if time.perf_counter() >= until:
+            return None
+        limit = self.settings.ready_max_review_seconds
+        return f"a review took {seconds:.2f}s, over {limit:g}s (half the webhook's timeout): not ready"
+
     def params(self) -> Params:
         """Params for the live config, rebuilt only when the config is reloaded."""
         cfg = self.holder.config
@@ -436,6 +453,9 @@ def create_app(
         if cert_expiry is not None and cert_expiry() < time.time():
             expired = dt.datetime.fromtimestamp(cert_expiry(), dt.UTC).isoformat()
             return PlainTextResponse(f"serving certificate expired {expired}: not ready", status_code=503)
+        slow = admission.too_slow()
+        if slow is not None:
+            return PlainTextResponse(slow, status_code=503)
         return PlainTextResponse("ok")
 
     @app.get("/metrics")

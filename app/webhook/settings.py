@@ -28,6 +28,9 @@ class ServerSettings(BaseSettings):
     # (app.webhook.connections). What one costs: docs/security.md, "Per-connection budget".
     max_connections: int = 1000
     max_handshakes: int = 100
+    # Not ready for a while (server.AdmissionHandler.SLOW_HOLD_SECONDS) after a review took longer
+    # than this: the chart sets half the webhook's timeoutSeconds.
+    ready_max_review_seconds: float = 2.5
     log_level: str = "info"
     # Events (events.k8s.io/v1) on the job of every opted-in pod, what was injected and each
     # warning (app.events); needs cluster credentials (in a pod: its ServiceAccount's).
