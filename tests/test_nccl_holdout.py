@@ -70,6 +70,7 @@ def test_judge_holds_verify_to_ok_verdict_and_ruled_out_leads() -> None:
     assert judge(hang, report(False, "startup-stall"))[0]
     assert not judge(hang, report(False, "libibverbs-missing"))[0]
     assert not judge(hang, report(True, "healthy-verbs"))[0]
+    assert not judge(hang, report(False, "healthy-socket"))[0]  # ok false on a side check is no failing verdict
 
 
 def test_the_score_script_runs_and_prints_a_score() -> None:

@@ -72,8 +72,8 @@ def judge(expect: dict[str, Any], report: dict[str, Any]) -> tuple[bool, str]:
         return False, f"ok={report['ok']}, label says ok={expect['ok']}"
     verdict = report["verdict"]
     accepted = expect["verdict"]
-    if accepted == "any-failure":
-        if verdict in expect.get("not_verdict", []):
+    if accepted == "any-failure":  # a failing verdict, not a healthy one failed on a side check
+        if verdict.startswith("healthy-") or verdict in expect.get("not_verdict", []):
             return False, f"verdict {verdict} is a lead the thread rules out"
     elif verdict not in accepted:
         return False, f"verdict {verdict}, label accepts {'/'.join(accepted)}"
