@@ -73,7 +73,9 @@ def judge(expect: dict[str, Any], report: dict[str, Any]) -> tuple[bool, str]:
     verdict = report["verdict"]
     accepted = expect["verdict"]
     if accepted == "any-failure":  # a failing verdict, not a healthy one failed on a side check
-        if verdict.startswith("healthy-") or verdict in expect.get("not_verdict", []):
+        if verdict.startswith("healthy-"):
+            return False, f"verdict {verdict}, the label asks for a failing one"
+        if verdict in expect.get("not_verdict", []):
             return False, f"verdict {verdict} is a lead the thread rules out"
     elif verdict not in accepted:
         return False, f"verdict {verdict}, label accepts {'/'.join(accepted)}"
