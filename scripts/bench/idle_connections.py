@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """What idle connections cost the webhook: open N TLS connections that never send a request,
 hold them, and read the server's RSS before, at the peak, once the server has cut them off
-(request timeout, 10 s by default) and a while later. Then check it still answers a review.
+(request timeout, 10 s by default) and a while later. Then the same with M TCP connections that
+never send a byte (no TLS handshake), and the time a review takes on a new connection while they
+are held. Then check it still answers a review.
 
-Usage: idle_connections.py [--connections 6000] [--out scripts/bench/idle-results.json]
+Usage: idle_connections.py [--connections 6000] [--half-open 2000] [--out scripts/bench/idle-results.json]
 """
 
 from __future__ import annotations
@@ -81,13 +83,38 @@ async def scenario(pid: int, port: int, ca: Path, n: int) -> dict[str, Any]:
             "all_closed_by_server_within_s": all_closed_after, "rss_mb_after_close": after, "rss_mb_10s_later": later}  # fmt: skip
 
 
+async def half_open(pid: int, port: int, ca: Path, n: int) -> dict[str, Any]:
+    """n TCP connections that never send a byte, then one review on a new TLS connection."""
+    before = rss_mb(pid)
+    socks = []
+    for _ in range(n):
+        with contextlib.suppress(OSError):
+            socks.append(await asyncio.open_connection("127.0.0.1", port))
+    await asyncio.sleep(1)
+    peak = rss_mb(pid)
+    ctx = ssl.create_default_context(cafile=str(ca))
+    started = time.monotonic()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1")
+    writer.write(b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+    answered = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)).startswith(b"HTTP/1.1 400")
+    review_s = round(time.monotonic() - started, 3)
+    writer.close()
+    for _, w in socks:
+        w.close()
+    await asyncio.sleep(3)
+    return {"half_open": n, "half_open_rss_mb_before": before, "half_open_rss_mb_peak": peak,
+            "half_open_review_answered": answered, "half_open_review_s": review_s,
+            "half_open_rss_mb_after_close": rss_mb(pid)}  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--connections", type=int, default=6000)
+    ap.add_argument("--half-open", type=int, default=2000)
     ap.add_argument("--out")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = args.connections * 2 + 1000
+    want = max(args.connections, args.half_open) * 2 + 1000
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(want, hard)), hard))
     work = Path(tempfile.mkdtemp(prefix="hostnet-rdma-idle-"))
     ca = tls.make_ca()
@@ -98,13 +125,14 @@ def main() -> int:
         run.wait_tcp(port, server, "hostnet-rdma serve")
         time.sleep(1)
         result = asyncio.run(scenario(server.pid, port, work / "tls" / tls.CA_FILE, args.connections))
+        result.update(asyncio.run(half_open(server.pid, port, work / "tls" / tls.CA_FILE, args.half_open)))
         import httpx
 
         # A malformed review gets its 400 with a reason: the server is alive and parsing.
         r = httpx.post(f"https://127.0.0.1:{port}/mutate", verify=str(work / "tls" / tls.CA_FILE), timeout=10,
                        content=b"{}", headers={"content-type": "application/json"})  # fmt: skip
         result["answers_afterwards"] = r.status_code == 400 and b"AdmissionReview" in r.content
-        result["request_timeout_s"], result["max_connections"] = 10, 1000
+        result["request_timeout_s"], result["max_connections"], result["max_handshakes"] = 10, 1000, 100
     finally:
         server.terminate()
         server.wait(timeout=30)
