@@ -202,6 +202,8 @@ def check_row(r: preview.Row, ran: Ran | None, settings_value: str, zone: str) -
         assert may_refuse or plan.fatal in r.refusal, (said, ran.argv, plan.fatal)
         return "refused"
     assert not r.refusal, (said, ran.argv)
+    # Nor does admission's warning claim a refusal the wrapper will not make.
+    assert not any("wrapper will refuse" in w for w in r.warnings), (said, ran.argv, r.warnings)
     assert r.backend == plan.backend, (said, ran.argv, plan.backend)
     if plan.backend == "static":
         argv = rules.Argv(ran.argv)
