@@ -132,6 +132,7 @@ def run_bash(argv: list[str], env: dict[str, str], tmp: Path) -> Ran | None:
                            ("hostname", f"#!/bin/sh\necho {NODE}\n"), *((n, "#!/bin/sh\n") for n in OTHERS)):  # fmt: skip
             (bindir / name).write_text(text)
             (bindir / name).chmod(0o755)
+        (bindir / "env").symlink_to(shutil.which("env") or "/usr/bin/env")  # `env FOO=1 torchrun`
         # What else the script runs (git, pip, cd into a clone) is not there: each is a success.
         (tmp / "bash_env").write_text(
             'command_not_found_handle() { return 0; }\ncd() { builtin cd "$@" 2>/dev/null || true; }\n'
@@ -321,7 +322,7 @@ VC_READ = """IFS=',' read -ra HOSTS <<< "$VC_WORKER_HOSTS\""""
 # (text, needs bash): values of each rendezvous option as job files write them.
 VALUES: dict[str, list[str]] = {
     "nnodes": ["2", "1:2", "$VC_WORKER_NUM", "${WORLD_SIZE}", "$PET_NNODES", "$(NNODES_K)", "$NOPE", "$SECRET_N",
-               '"$NNODES_E"', "${NOPE:-2}"],
+               '"$NNODES_E"', "${NOPE:-2}", "${NOPE2:=2}", "${#HOSTS[@]}", "$((1+1))", '"$SECRET_N"'],
     "rdzv-backend": ["c10d", "etcd-v2", "etcd", "$SECRET_B", "c10d"],
     "rdzv-endpoint": ["dj-worker-0.dj:23456", "$MASTER_ADDR:$MASTER_PORT", "etcd-store:2379", "127.0.0.1:29500",
                       "10.0.0.5:29400", "$(hostname):29400", "$SECRET_EP:29400", "${HOSTS[0]}:29500",
@@ -331,7 +332,7 @@ VALUES: dict[str, list[str]] = {
     "rdzv-conf": ["is_host=true", 'is_host=$(if [ "$VC_TASK_INDEX" = 0 ]; then echo true; else echo false; fi)',
                   "timeout=900", "$SECRET_C"],
     "node-rank": ["$RANK", "$VC_TASK_INDEX", "0", "$NODE_RANK", "${JOB_COMPLETION_INDEX}", "$SECRET_N"],
-    "master-addr": ["$MASTER_ADDR", "dj-master-0", "${HOSTS[0]}", "$(hostname)"],
+    "master-addr": ["$MASTER_ADDR", "dj-master-0", "${HOSTS[0]}", "$(hostname)", "`hostname`", '"$MASTER_ADDR"'],
     "master-port": ["23456", "$MASTER_PORT"],
     "local-addr": ["$(hostname)", "$HOSTNAME", "$POD_NAME", "127.0.0.1", "$SECRET_EP",
                    """$(IFS=',' read -ra w <<< "$VC_WORKER_HOSTS"; echo "${w[VC_TASK_INDEX]}")"""],
@@ -341,14 +342,15 @@ VALUES: dict[str, list[str]] = {
 PRELUDE = ["export NODE_RANK=$RANK", "unset RANK", "cd /tmp", "git clone https://example.com/acme/r.git",
            "pip install -r requirements.txt", "FOO=1", "export PET_NNODES=2", VC_READ,
            "export MASTER_ADDR=${HOSTS[0]}", "export GPUS=8", "unset PET_NNODES", "export NNODES_E=2",
-           "export PET_RDZV_ENDPOINT=$MASTER_ADDR:23456", "echo starting"]  # fmt: skip
+           "export PET_RDZV_ENDPOINT=$MASTER_ADDR:23456", "echo starting", "set -e", "export NNODES_E=${WORLD_SIZE:-2}",
+           ". /dev/null", "N=${#HOSTS[@]}", "export PET_NODE_RANK=$VC_TASK_INDEX"]  # fmt: skip
 POD_ENV = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, JOB_ID,
            {"name": "SECRET_EP", "valueFrom": {"secretKeyRef": {"name": "s", "key": "ep"}}},
            {"name": "SECRET_N", "valueFrom": {"secretKeyRef": {"name": "s", "key": "n"}}},
            {"name": "SECRET_B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "b"}}},
            {"name": "SECRET_C", "valueFrom": {"secretKeyRef": {"name": "s", "key": "c"}}},
            {"name": "NNODES_K", "value": "2"}, {"name": "EP_K", "value": "$(POD_NAME):29400"}]  # fmt: skip
-_BASHISMS = ("<<<", "${HOSTS", "${w[", "read -ra")
+_BASHISMS = ("<<<", "${HOSTS", "${w[", "read -ra", "${#HOSTS")
 
 
 @st.composite
@@ -359,6 +361,8 @@ def pods(draw: st.DrawFn) -> tuple[str, dict[str, Any], str]:
     flags = []
     for name in names:
         value = draw(st.sampled_from(VALUES[name]))
+        if "'" not in value and '"' not in value and draw(st.integers(0, 5)) == 0:
+            value = f'"{value}"'  # quoted: one field, whatever it holds
         spelled = name.replace("-", "_") if draw(st.booleans()) else name
         flags.append(f"--{spelled}={value}" if draw(st.booleans()) else f"--{spelled} {value}")
     if draw(st.integers(0, 20)) == 0:
@@ -366,14 +370,19 @@ def pods(draw: st.DrawFn) -> tuple[str, dict[str, Any], str]:
     program = draw(st.sampled_from(["torchrun", "torchrun", "python -m torch.distributed.run",
                                     "python3 -m torch.distributed.run"]))  # fmt: skip
     script_args = draw(st.sampled_from(["", "--epochs 1", "--nnodes 3 --lr=0.1", '"$@"']))
-    prefix = draw(st.sampled_from(["", "NCCL_DEBUG=INFO ", "A=1 B=2 ", "PET_NNODES=2 ", "exec "]))
+    prefix = draw(st.sampled_from(["", "NCCL_DEBUG=INFO ", "A=1 B=2 ", "PET_NNODES=2 ", "exec ", "env FOO=1 "]))
     form = draw(st.sampled_from(["bash -c", "bash -c args", "sh -c", "env bash -c", "bash args -c", "argv",
                                  "image script", "clone script"]))  # fmt: skip
     if form == "argv":  # no shell: the kubelet's $(VAR) only
         words = [w for f in flags if "$(" not in f or re.search(r"\$\([A-Z_]+\)", f) for w in f.split(" ", 1)]
         words = [w for w in words if "$" not in w or re.fullmatch(r"[^$]*(\$\([A-Z_]+\)[^$]*)*", w)]
         argv = [*program.split(), *words, "train.py", *script_args.split()]
-        return launcher, {"name": "c", "image": "x", "command": argv, "env": POD_ENV}, form
+        split = draw(st.integers(1, len(argv)))  # command, then args
+        return (
+            launcher,
+            {"name": "c", "image": "x", "command": argv[:split], "args": argv[split:], "env": POD_ENV},
+            form,
+        )
     if form == "image script":
         return launcher, {"name": "c", "image": "x", "command": ["bash", "/workspace/launch.sh"], "env": POD_ENV}, form
     prelude = draw(st.lists(st.sampled_from(PRELUDE), max_size=4))

@@ -108,6 +108,17 @@ def test_every_example_previews_with_one_store_host(example: str) -> None:
     assert table.returncode == 0 and max(map(len, table.stdout.splitlines())) <= 100, table.stdout
 
 
+def test_a_trainjob_without_its_runtime_says_so_in_lines_a_terminal_shows() -> None:
+    """`explain -f deploy/examples/trainjob-kueue.yaml` (its runtime is trainjob.yaml's): one
+    159-column line; now the cause, then the runtime and what to do, each under 120."""
+    p = run_cli("explain", "-f", str(EXAMPLES / "trainjob-kueue.yaml"))
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stderr.splitlines()
+    assert lines[0].endswith("TrainJob ddp-trainjob-kueue: its runtime is not in the files"), lines
+    assert "ClusterTrainingRuntime torch-distributed-rdma: add its file" in lines[1], lines
+    assert max(map(len, lines)) <= 120, lines
+
+
 def test_mutate_of_a_job_file_is_a_list_of_the_stored_pods() -> None:
     p = run_cli("mutate", "-f", str(EXAMPLES / "trainjob.yaml"), "-o", "json")
     assert p.returncode == 0, p.stderr

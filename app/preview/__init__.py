@@ -233,6 +233,11 @@ def _may_refuse(plan: rules.Plan, options: set[str], env: dict[str, str]) -> boo
     return bool(before & options)
 
 
+# Options whose mere presence chooses the backend (static when --master-addr or --node-rank is
+# given, the launcher's c10d otherwise): a PET_* variable of run time may be empty, as if unset.
+_CHOOSE_BACKEND = ("--master-addr", "--node-rank", "--standalone", "--rdzv-backend")
+
+
 @dataclass
 class _RunTime:
     """torchrun's args and env with what is known only at run time stood in for by RUN_TIME."""
@@ -254,6 +259,10 @@ def _run_time_flags(run: shellread.Torchrun) -> _RunTime:
             out.needs.append(f"{_DECIDING_ENV[name]} (from {name})")
             out.options.add(_DECIDING_ENV[name])
             out.env[name] = RUN_TIME
+            if _DECIDING_ENV[name] in _CHOOSE_BACKEND:  # empty, it is as if not set: the backend is unknown
+                out.whole = out.needs[-1]
+    if out.whole:
+        return out
     try:
         argv = rules.Argv(args)
         end = len(args) if argv.script is None else argv.script

@@ -84,7 +84,7 @@ def runtime_for(
         # Two lines: the names are the user's, and long (an error line stays readable in a terminal).
         where = "in the files or the cluster" if runtime_of is not None else "in the files"
         fix = "" if runtime_of is not None else ": add its file (-f runtime.yaml -f job.yaml) or use --from-cluster"
-        raise ExpandError(f"TrainJob {name_of(trainjob)}: its runtime is not {where}{fix}\n  {kind} {name}")
+        raise ExpandError(f"TrainJob {name_of(trainjob)}: its runtime is not {where}\n  {kind} {name}{fix}")
     return found
 
 
