@@ -300,7 +300,8 @@ def _not_in_file(env: dict[str, str], row: Row, programs: list[str], info_nnodes
     row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
     row.backend = (
         f"decided at run time: the command runs {programs[0]}, which the file does not hold; the wrapper "
-        "catches torchrun inside it at run time"
+        "catches torchrun inside it at run time (`torchrun` on PATH; `python -m torch.distributed.run` or a path "
+        "through its start-up hook), and decides and checks there what it decides for a command in the file"
     )
     for addr, port, _ in _OWN_RENDEZVOUS:
         if env.get(addr):
