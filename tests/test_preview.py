@@ -6,6 +6,7 @@ here, to the pods read back from them earlier (tests/golden), and the decisions,
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,17 @@ def test_every_example_previews_with_one_store_host(example: str) -> None:
     assert store.count("yes") == 1 and len(store) == 2, p.stdout
     table = run_cli("explain", "-f", str(EXAMPLES / f"{example}.yaml"))
     assert table.returncode == 0 and max(map(len, table.stdout.splitlines())) <= 100, table.stdout
+
+
+def test_a_trainjob_without_its_runtime_says_so_in_lines_a_terminal_shows() -> None:
+    """`explain -f deploy/examples/trainjob-kueue.yaml` (its runtime is trainjob.yaml's): one
+    159-column line; now the cause, then the runtime and what to do, each under 120."""
+    p = run_cli("explain", "-f", str(EXAMPLES / "trainjob-kueue.yaml"))
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stderr.splitlines()
+    assert lines[0].endswith("TrainJob ddp-trainjob-kueue: its runtime is not in the files"), lines
+    assert "ClusterTrainingRuntime torch-distributed-rdma: add its file" in lines[1], lines
+    assert max(map(len, lines)) <= 120, lines
 
 
 def test_mutate_of_a_job_file_is_a_list_of_the_stored_pods() -> None:
@@ -384,6 +396,10 @@ def test_the_explain_table_agrees_with_its_notes(tmp_path: Path) -> None:
     assert len(refusals) == 1 and refusals[0].startswith("j-1-…: wrapper will refuse to start:"), notes
     shared = [n for n in notes if "sets is_host itself" in n]
     assert shared and shared[0].startswith("j-0-…, j-1-…: "), notes
+    # The row of the pod whose wrapper refuses says so, not a store host (issue 65: it said `yes`).
+    wide = run_cli("explain", "-f", str(f), "-o", "wide").stdout.splitlines()
+    cells = {c[1]: c[4] for c in (re.split(r"\s{2,}", line) for line in wide if line.startswith("Job/j "))}
+    assert cells == {"j-0-…": "yes", "j-1-…": "refuses"}, wide
 
 
 def test_a_program_without_torchrun_is_previewed_as_env_init_with_one_store(tmp_path: Path) -> None:
@@ -578,7 +594,7 @@ spec:
 
 def test_node_count_warnings_follow_the_pods_the_preview_counted() -> None:
     """Issue 53: a one-pod job (a TrainJob's initializer, a JobSet's one-pod replicated job) was
-    told "this pod is one of a jobset job's several". The preview counts each replicated job's
+    told "this pod is one of its job's several (jobset)". The preview counts each replicated job's
     pods: a pod alone in its job is told why the wrapper still refuses a torchrun without
     --nnodes (the webhook cannot count at admission); one of several is warned as before."""
     rows = rows_of(list(yaml.safe_load_all(ONE_POD_REPLICATED_JOB)))
@@ -587,7 +603,9 @@ def test_node_count_warnings_follow_the_pods_the_preview_counted() -> None:
     assert "several" not in " ".join(by_job["prep"].warnings) + by_job["prep"].refusal
     assert not [w for w in by_job["init"].warnings if "--nnodes not given" in w], by_job["init"].warnings
     node = [r for r in rows if "-node-" in r.pod]
-    assert len(node) == 2 and all("one of a jobset job's several" in r.refusal for r in node), [r.refusal for r in node]
+    assert len(node) == 2 and all("one of its job's several (jobset)" in r.refusal for r in node), [
+        r.refusal for r in node
+    ]
 
 
 def test_mutate_says_the_warnings_explain_says(tmp_path: Path) -> None:

@@ -126,7 +126,7 @@ def test_no_node_count_for_a_job_of_several_pods_refuses() -> None:
     env = {**VOLCANO_W1, rules.ENV_LAUNCHER: "jobset", rules.ENV_NNODES: rules.NNODES_UNKNOWN}
     _, plan = rules.merge(["t.py"], env, _here())
     assert plan.nnodes == "?" and "--nnodes" not in " ".join(plan.added)
-    assert plan.fatal.startswith("--nnodes not given: this pod is one of a jobset job's several")
+    assert plan.fatal.startswith("--nnodes not given: this pod is one of its job's several (jobset)")
     assert plan.fatal.endswith('hostnet-rdma.io/nnodes: "N"')
     for argv in (["--nnodes=2", "t.py"], ["--nnodes=1", "t.py"]):
         _, plan = rules.merge(argv, env, _here())

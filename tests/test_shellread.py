@@ -202,9 +202,12 @@ def test_the_published_shapes_preview_the_run_time_decision(
 def test_a_rendezvous_flag_that_needs_the_node_is_named() -> None:
     text = NEBIUS.replace("--rdzv_endpoint=${MASTER_ADDR}:${MASTER_PORT}", "--rdzv_endpoint=$(hostname -i):29500")
     rows = _rows(text)
-    assert all(r.backend.startswith("decided at run time (--rdzv-endpoint=$(hostname -i):29500") for r in rows), [
-        r.backend for r in rows
+    assert all(r.run_time.startswith("decided at run time (--rdzv-endpoint=$(hostname -i):29500") for r in rows), [
+        r.run_time for r in rows
     ]
+    # Only what the endpoint decides waits for run time: the backend and the node count are previewed.
+    assert all(r.endpoint == "<run time>:29500" and r.store_host == "decided at run time" for r in rows)
+    assert all(r.backend == "c10d" and r.nnodes == "2" for r in rows), [(r.backend, r.nnodes) for r in rows]
 
 
 SCRIPT_IN_IMAGE = """

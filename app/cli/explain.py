@@ -120,7 +120,9 @@ def _columns(lines: list[tuple[str, ...]], indent: str = "") -> list[str]:
 def _cells(r: preview.Row) -> tuple[str, str, str, str, str, str]:
     if not r.sent or not r.mutated:
         return (r.source, r.pod, "-", "-", "-", "-")
-    return (r.source, r.pod, r.local_addr or "-", r.endpoint or "-", r.store_host or "-", r.nnodes or "-")
+    # Where the wrapper will refuse to start, no store is hosted: the row says so, not yes / no.
+    store = "refuses" if r.refusal else r.store_host or "-"
+    return (r.source, r.pod, r.local_addr or "-", r.endpoint or "-", store, r.nnodes or "-")
 
 
 def table(rows: list[preview.Row], wide: bool = False) -> str:
@@ -150,7 +152,7 @@ def table(rows: list[preview.Row], wide: bool = False) -> str:
         warned = [f"warning: {w}" for w in r.warnings if not (r.refusal and r.refusal in w)]
         for text in ([r.reason] if r.reason else []) + ([f"wrapper will refuse to start: {r.refusal}"] if r.refusal else []) + (
             [r.backend] if r.backend.startswith("decided at run time") else []
-        ) + warned:  # fmt: skip
+        ) + ([r.run_time] if r.run_time else []) + warned:  # fmt: skip
             pods = pods_of.setdefault(text, [])
             if r.pod not in pods:
                 pods.append(r.pod)
@@ -167,7 +169,8 @@ def data(rows: list[preview.Row], others: list[str], unexpanded: int) -> dict[st
     pods = [
         {"job": r.source, "pod": r.pod, "sent": r.sent, "mutated": r.mutated, "launcher": r.launcher,
          "localAddress": r.local_addr, "endpoint": r.endpoint, "backend": r.backend, "storeHost": r.store_host,
-         "nodes": r.nnodes, "reason": r.reason, "refusal": r.refusal, "warnings": list(r.warnings)}
+         "nodes": r.nnodes, "reason": r.reason, "refusal": r.refusal, "runTime": r.run_time,
+         "warnings": list(r.warnings)}
         for r in rows
     ]  # fmt: skip
     return {"pods": pods, "problems": list(preview.store_problems(rows)), "notPreviewed": others,

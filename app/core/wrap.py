@@ -169,6 +169,14 @@ class Command:
         except ValueError:  # unbalanced quotes: the shell will complain, not us
             pass
         self.torchrun = None if self.words is None else _torchrun_in(self.words)
+        # The script sets or unsets torchrun's PET_* env (or the wrapper's) before it runs torchrun
+        # (`PET_NNODES=2 torchrun`, `export PET_...`): what the rules decide from them is known
+        # only when the script runs.
+        start = None if self.words is None else _torchrun_start(self.words)
+        self.sets_env = start is not None and any(_SETS_ENV.match(w) for w in (self.words or [])[:start])
+
+
+_SETS_ENV = re.compile(r"(PET_|HOSTNET_RDMA_)[A-Z0-9_]*(=|$)")
 
 
 def torchrun_args(container: Obj) -> list[str] | None:
@@ -179,22 +187,27 @@ def torchrun_args(container: Obj) -> list[str] | None:
     return command.torchrun
 
 
-def _torchrun_in(words: list[str]) -> list[str] | None:
+def _torchrun_start(words: list[str]) -> int | None:
+    """The index of torchrun's first argument among the words (None: no torchrun)."""
     for i, word in enumerate(words):
-        start = None
         if word.rsplit("/", 1)[-1] == "torchrun":
-            start = i + 1
-        elif (
+            return i + 1
+        if (
             word == "-m"
             and i + 1 < len(words)
             and words[i + 1] in ("torch.distributed.run", "torch.distributed.launch")
         ):
-            start = i + 2
-        if start is not None:
-            rest = words[start:]
-            end = next((j for j, w in enumerate(rest) if w in _SHELL_OPERATORS), len(rest))
-            return rest[:end]
+            return i + 2
     return None
+
+
+def _torchrun_in(words: list[str]) -> list[str] | None:
+    start = _torchrun_start(words)
+    if start is None:
+        return None
+    rest = words[start:]
+    end = next((j for j, w in enumerate(rest) if w in _SHELL_OPERATORS), len(rest))
+    return rest[:end]
 
 
 _K8S_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -252,7 +265,7 @@ def _endpoint_check(c: Obj, command: Command, ctx: Context, owned: dict[str, str
         return
     if plan.endpoint_problem and "$" not in plan.endpoint:
         ctx.warn(reasons.ENDPOINT_NAMES_NO_POD, f"{c.get('name')}: {plan.endpoint_problem}")
-    if plan.fatal and args is not None:
+    if plan.fatal and args is not None and not command.sets_env:
         ctx.problem(
             reasons.of_refusal(plan.fatal_kind), f"{c.get('name')}: wrapper will refuse: {plan.fatal}", plan.fatal
         )

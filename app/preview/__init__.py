@@ -23,6 +23,7 @@ from app.core import InvalidPod, Params, UnsupportedPod, mutate, names, reasons,
 from app.core.mutate import Result
 from app.preview import shellread
 from app.preview.controllers import Expansion
+from app.preview.controllers.common import is_stand_in
 from app.wrapper import rules
 
 Obj = dict[str, Any]
@@ -47,6 +48,8 @@ class Row:
     nnodes: str = ""
     reason: str = ""  # not sent, or left unchanged: why
     refusal: str = ""  # why the wrapper would refuse to start
+    run_time: str = ""  # which of the row's values are decided at run time, and why (the rest are known)
+    decided: bool = False  # the wrapper's rules ran on the command's argv (refusal is theirs)
     warnings: list[str] = field(default_factory=list)  # the core's texts, then the preview's own
     result: Result | None = None  # the core's, when the pod was sent
 
@@ -77,7 +80,9 @@ def _value_from(pod: Obj, configmaps: dict[str, dict[str, str]]) -> Any:
             found = (meta.get(m.group(1)) or {}).get(m.group(2))
         elif cm:
             found = configmaps.get(str(cm.get("name")), {}).get(str(cm.get("key")))
-        return None if found is None else str(found)
+        # A value the cluster makes when the object is created (a uid): the preview's stand-in
+        # is no value a command may read.
+        return None if found is None or is_stand_in(str(found)) else str(found)
 
     return resolve
 
@@ -158,22 +163,39 @@ _SHELLS = ("sh", "bash", "dash", "zsh", "ash", "ksh")
 RUN_TIME = "<run time>"  # what the preview puts for a value it reads past
 
 
-def command_reading(argv: list[str], env: dict[str, str]) -> tuple[shellread.Torchrun | None, list[str]]:
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=", re.S)
+
+
+def command_reading(
+    argv: list[str], env: dict[str, str], kubelet: shellread.KubeletEnv | None = None
+) -> tuple[shellread.Torchrun | None, list[str]]:
     """The torchrun a (kubelet-expanded) command runs, and the programs it runs that the file
-    does not hold (a shell script of the image's, one the command fetches)."""
+    does not hold (a shell script of the image's, one the command fetches). `kubelet`: the
+    container's env as built, for the names whose values are known only at run time."""
     if not argv:
         return None, []
+    prefix: dict[str, str] = {}
+    if argv[0].rsplit("/", 1)[-1] == "env":  # `/usr/bin/env [NAME=value...] bash -c ...`
+        k = 1
+        while k < len(argv) and _ASSIGNMENT.match(argv[k]):
+            name, _, value = argv[k].partition("=")
+            prefix[name] = value
+            k += 1
+        if k < len(argv) and not argv[k].startswith("-"):
+            argv, env = argv[k:], {**env, **prefix}
+        else:
+            prefix = {}
     shell = argv[0].rsplit("/", 1)[-1] in _SHELLS
     if shell and len(argv) >= 3 and argv[1].startswith("-") and "c" in argv[1]:
         if len(argv[2]) > wrap.MAX_ANALYSED_SCRIPT:
             raise wrap.ScriptTooLarge(argv[2][:40])
-        reading = shellread.read_script(argv[2], env)
+        reading = shellread.read_script(argv[2], env, kubelet)
         return reading.torchrun, reading.programs
     if sum(len(w) + 1 for w in argv) > wrap.MAX_ANALYSED_SCRIPT:
         raise wrap.ScriptTooLarge(argv[0][:40])
     args = wrap.torchrun_args({"command": argv})
     if args is not None:
-        return shellread.Torchrun(list(args), {}, set()), []
+        return shellread.Torchrun(list(args), prefix, set()), []
     if shell and len(argv) >= 2 and not argv[1].startswith("-"):
         return None, [f"{argv[0]} {argv[1]}"]
     if argv[0].endswith(".sh"):
@@ -181,29 +203,95 @@ def command_reading(argv: list[str], env: dict[str, str]) -> tuple[shellread.Tor
     return None, []
 
 
-def _run_time_flags(run: shellread.Torchrun) -> tuple[list[str], list[str]]:
-    """torchrun's args with what it reads past replaced by RUN_TIME, and the deciding flags whose
-    values are known only at run time (`--flag=text`)."""
-    args = list(run.args)
-    needs = [f"{_DECIDING_ENV[n]} (from {n})" for n in sorted(run.unknown_env) if n in _DECIDING_ENV]
+# What each deciding option's value decides in a row: where it is known only at run time, those
+# values are said so, and the others still previewed (--rdzv-backend and --standalone decide all).
+_DECIDES = {
+    "--rdzv-endpoint": ("endpoint", "store_host"),
+    "--rdzv-conf": ("store_host",),
+    "--nnodes": ("nnodes",),
+    "--node-rank": ("store_host",),
+    "--master-addr": ("endpoint",),
+}
+# The options each refusal of the rules depends on, in the order the rules check them (the first
+# refusal stands), at admission (no node to look at). --local-addr only where the pod says to keep it.
+_REFUSALS = (
+    (rules.REFUSE_NNODES, {"--nnodes"}),
+    (rules.REFUSE_LOCAL_ADDR, {"--nnodes", "--local-addr"}),
+    (rules.REFUSE_LOOPBACK, {"--nnodes", "--rdzv-endpoint", "--rdzv-conf"}),
+    (rules.REFUSE_RENDEZVOUS, {"--rdzv-endpoint", "--rdzv-conf"}),
+)
+
+
+def _may_refuse(plan: rules.Plan, options: set[str], env: dict[str, str]) -> bool:
+    """Whether a refusal (or its absence) depends on options known only at run time."""
+    keep = env.get(rules.ENV_KEEP_LOCAL_ADDR) == "1"
+    before: set[str] = set()
+    for kind, deps in _REFUSALS:
+        before |= deps if keep or kind != rules.REFUSE_LOCAL_ADDR else deps - {"--local-addr"}
+        if kind == plan.fatal_kind:
+            break
+    return bool(before & options)
+
+
+# Options whose mere presence chooses the backend (static when --master-addr or --node-rank is
+# given, the launcher's c10d otherwise): a PET_* variable of run time may be empty, as if unset.
+_CHOOSE_BACKEND = ("--master-addr", "--node-rank", "--standalone", "--rdzv-backend")
+
+
+@dataclass
+class _RunTime:
+    """torchrun's args and env with what is known only at run time stood in for by RUN_TIME."""
+
+    args: list[str]
+    env: dict[str, str]
+    needs: list[str]  # the deciding options (`--flag=text`) whose values are known only at run time
+    options: set[str]  # those options, canonical
+    whole: str = ""  # why nothing of the rendezvous can be previewed ("" when some can)
+
+
+def _run_time_flags(run: shellread.Torchrun) -> _RunTime:
+    """torchrun's args with each part known only at run time replaced by RUN_TIME, and the
+    deciding flags (and PET_* variables) whose values are known only at run time."""
+    args = [shellread.known_parts(a, RUN_TIME) for a in run.args]
+    out = _RunTime(args, {}, [], set())
+    for name in sorted(run.unknown_env):
+        if name in _DECIDING_ENV:
+            out.needs.append(f"{_DECIDING_ENV[name]} (from {name})")
+            out.options.add(_DECIDING_ENV[name])
+            out.env[name] = RUN_TIME
+            if _DECIDING_ENV[name] in _CHOOSE_BACKEND:  # empty, it is as if not set: the backend is unknown
+                out.whole = out.needs[-1]
+    if out.whole:
+        return out
     try:
-        argv = rules.Argv([a.replace(shellread.UNKNOWN, "") for a in args])
-    except rules.ArgvError:
-        return args, needs
+        argv = rules.Argv(args)
+        end = len(args) if argv.script is None else argv.script
+    except rules.ArgvError:  # torchrun would reject it, unless a word of run time shifts the rest
+        argv, end = None, len(args)
+    vanishing = [w for w in run.args[:end] if shellread.may_vanish(w)]
+    if argv is None and not vanishing:
+        return out
+    if argv is not None and argv.script is not None and shellread.is_unknown(run.args[argv.script]):
+        vanishing.insert(0, run.args[argv.script])
+    if vanishing:
+        # A word of run time where torchrun's options are (`torchrun $ARGS train.py`, `--nnodes
+        # $N`, unquoted): the fields bash makes of it, and so which word is which option's value
+        # and where the script starts, are known only then.
+        out.whole = f"torchrun's arguments {', '.join(shellread.shown(w) for w in vanishing)}"
+        out.needs.append(out.whole)
+        return out
+    assert argv is not None
     for option, (index, inline) in argv.options.items():
         at = index if inline is not None else index + 1
-        if at >= len(args) or not shellread.is_unknown(args[at]):
+        if at >= end or not shellread.is_unknown(run.args[at]):
             continue
-        shown = args[at].replace(shellread.UNKNOWN, "")
         if option in DECIDING:
-            needs.append(f"{option}={shown.split('=', 1)[1] if inline is not None else shown}")
-        elif inline is not None:
-            args[at] = args[at].split("=", 1)[0] + "=" + RUN_TIME
-        else:
-            args[at] = RUN_TIME
-    if argv.script is not None and argv.script < len(args):
-        args[argv.script :] = [a.replace(shellread.UNKNOWN, "") for a in args[argv.script :]]
-    return args, needs
+            shown = shellread.shown(run.args[at])
+            out.needs.append(f"{option}={shown.split('=', 1)[1] if inline is not None else shown}")
+            out.options.add(option)
+    if out.options & {"--rdzv-backend", "--standalone"}:
+        out.whole = "; ".join(out.needs)
+    return out
 
 
 def _not_in_file(env: dict[str, str], row: Row, programs: list[str], info_nnodes: str) -> None:
@@ -212,7 +300,8 @@ def _not_in_file(env: dict[str, str], row: Row, programs: list[str], info_nnodes
     row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
     row.backend = (
         f"decided at run time: the command runs {programs[0]}, which the file does not hold; the wrapper "
-        "catches torchrun inside it at run time"
+        "catches torchrun inside it at run time (`torchrun` on PATH; `python -m torch.distributed.run` or a path "
+        "through its start-up hook), and decides and checks there what it decides for a command in the file"
     )
     for addr, port, _ in _OWN_RENDEZVOUS:
         if env.get(addr):
@@ -241,8 +330,11 @@ def decide(pod: Obj, result: Result, configmaps: dict[str, dict[str, str]], para
     env = rules.unpack(env, zone)
     # What the kubelet hands the runtime: command and args with $(VAR) expanded.
     argv = shellread.kubelet_argv(wrap.original_argv(c), kubelet_env(result.pod, c, configmaps))
+    kubelet = kubelet_env(result.pod, c, configmaps)
+    if result.pod["spec"].get("hostNetwork") is True and "HOSTNAME" not in kubelet.known:
+        kubelet.unknown.add("HOSTNAME")  # the node's host name
     try:
-        run, programs = command_reading(argv, env)
+        run, programs = command_reading(argv, env, kubelet)
     except (wrap.ScriptTooLarge, shellread.TooLarge):
         row.backend = "decided at run time (the command is over the size the preview reads)"
         row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
@@ -259,12 +351,15 @@ def decide(pod: Obj, result: Result, configmaps: dict[str, dict[str, str]], para
         row.backend = "decided at run time (torchrun's arguments are in a script or need the shell)"
         row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
         return
-    expanded, needs = _run_time_flags(run)
-    if needs:
-        row.backend = f"decided at run time ({'; '.join(needs)}: known only when the pod runs)"
+    known = _run_time_flags(run)
+    if known.whole:
+        row.backend = f"decided at run time ({known.whole}: known only when the pod runs)"
         row.local_addr = env.get(rules.ENV_LOCAL_ADDR, "")
         return
-    env = {**env, **run.env}
+    env = {k: v for k, v in env.items() if k not in run.unset}
+    env = {**env, **run.env, **known.env}
+    expanded = known.args
+    row.decided = True
     try:
         _, plan = rules.merge(expanded, env)
     except rules.ArgvError as e:
@@ -284,6 +379,33 @@ def decide(pod: Obj, result: Result, configmaps: dict[str, dict[str, str]], para
         row.store_host = "yes" if plan.is_host.strip().lower() in ("true", "1") else "no"
     elif plan.endpoint_problem:
         row.store_host = "decided on the node by its addresses"
+    if known.needs:
+        _at_run_time(row, plan, known, env)
+
+
+_SAID = {"local_addr": "local address", "endpoint": "endpoint", "store_host": "store host", "nnodes": "node count"}
+
+
+def _at_run_time(row: Row, plan: rules.Plan, known: _RunTime, env: dict[str, str]) -> None:
+    """The values of `row` that a flag known only at run time decides, said so (RUN_TIME in the
+    value, or the store host `decided at run time`), the others kept; a refusal it may cause too."""
+    decided = {what for option in known.options for what in _DECIDES.get(option, ())}
+    # The user's --local-addr is replaced on a job of several nodes where it is loopback.
+    if "--local-addr" in known.options or ("--nnodes" in known.options and rules.is_loopback(row.local_addr)):
+        decided.add("local_addr")
+        row.local_addr = RUN_TIME
+    if "nnodes" in decided:
+        row.nnodes = RUN_TIME
+    if "endpoint" in decided and RUN_TIME not in row.endpoint:
+        row.endpoint = RUN_TIME
+    if "store_host" in decided and row.store_host != "- (etcd)":
+        row.store_host = "decided at run time"
+    may = ""
+    if _may_refuse(plan, known.options, env):
+        row.refusal = ""
+        may = "; the wrapper checks them when it starts, and may refuse then"
+    told = ", ".join(said for what, said in _SAID.items() if what in decided) or "nothing the rows show"
+    row.run_time = f"decided at run time ({'; '.join(known.needs)}: known only when the pod runs): the {told}{may}"
 
 
 def rows(
@@ -319,7 +441,7 @@ def rows(
             else:
                 row.launcher = result.info.launcher
                 decide(pod, result, configmaps or {}, params, row)
-                if not row.refusal:
+                if not row.refusal and not row.decided:
                     row.refusal = _admission_refusal(result)
             out.append(row)
         _alone(out[len(out) - len(ex.pods) :])

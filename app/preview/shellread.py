@@ -259,8 +259,34 @@ def _double(s: str, i: int, parts: Word) -> int:
 UNKNOWN = "\x00"  # marks a word (or part) whose value is known only at run time
 
 
+SPLIT = "\x01"  # after UNKNOWN: an unquoted expansion, which bash splits into fields (none if empty)
+
+
 def is_unknown(word: str) -> bool:
     return UNKNOWN in word
+
+
+def shown(word: str) -> str:
+    """The word as the script writes its parts known only at run time."""
+    return word.replace(UNKNOWN, "").replace(SPLIT, "")
+
+
+_UNQUOTED_ONLY = re.compile(f"({UNKNOWN}{SPLIT}[^{UNKNOWN}]*{UNKNOWN})+")
+
+
+def may_vanish(word: str) -> bool:
+    """Whether the word is only unquoted expansions known at run time (`$X`, `$(cmd)`): bash
+    makes it no field when they are empty, several when they hold blanks."""
+    return _UNQUOTED_ONLY.fullmatch(word) is not None
+
+
+_UNKNOWN_PART = re.compile(f"{UNKNOWN}[^{UNKNOWN}]*{UNKNOWN}")
+
+
+def known_parts(word: str, stand_in: str) -> str:
+    """The word with each part known only at run time replaced by `stand_in` (the rest as bash
+    makes it): `--rdzv-endpoint=<run time>:23456`."""
+    return shown(_UNKNOWN_PART.sub(stand_in, word))
 
 
 @dataclass
@@ -271,15 +297,20 @@ class Scope:
     arrays: dict[str, list[str] | None] = field(default_factory=dict)
     exported: set[str] = field(default_factory=set)
     room: int = MAX_EXPANDED
-    opaque: bool = False  # after `source`/`eval`: a name never set may be set
+    opaque: bool = False  # after `source`/`eval`, or envFrom: a name never set may be set
     fetched: bool = False  # after `git clone`, `curl`, `wget`: programs it runs are fetched
+    # Names not set that the container's env may still hold (the kubelet's Service variables).
+    maybe: Callable[[str], bool] | None = None
+    unset: set[str] = field(default_factory=set)  # names the script unset: unset whatever the env held
 
     def get(self, name: str) -> str | None:
         """A variable's value: "" when never set (as bash), None when unknown."""
         if name in self.arrays:
             arr = self.arrays[name]
             return None if arr is None else (arr[0] if arr else "")
-        return self.values.get(name, None if self.opaque else "")
+        if name not in self.values and name not in self.unset and self.maybe is not None and self.maybe(name):
+            return None
+        return self.values.get(name, None if self.opaque and name not in self.unset else "")
 
     def charge(self, text: str) -> str:
         self.room -= len(text)
@@ -353,7 +384,8 @@ def expand_word(word: Word, scope: Scope) -> list[str]:
             continue
         got = _expansion(text, scope, kind == QVAR)
         if got is None:
-            cur.append(UNKNOWN + text)
+            # Marked at both ends (the rest is known); unquoted, it may make no field, or several.
+            cur.append(UNKNOWN + (SPLIT if kind == VAR else "") + text + UNKNOWN)
             have = True
             continue
         got = [scope.charge(g) for g in got]
@@ -411,6 +443,7 @@ class Torchrun:
     args: list[str]  # its arguments; words known only at run time carry UNKNOWN
     env: dict[str, str]  # what the script exports or puts before the command (known values)
     unknown_env: set[str]  # names it sets to values known only at run time
+    unset: set[str] = field(default_factory=set)  # names of the container's env it unsets
 
 
 _COMPOUND_OPEN = {"if", "for", "while", "until", "case", "select", "{", "(", "function"}
@@ -443,10 +476,20 @@ class Reading:
 _REDIRECT = re.compile(r"[0-9]*(<<<|<<-?|<>|>>|>\||<&|>&|&>>|&>|<|>)")
 
 
-def read_script(script: str, env: Mapping[str, str]) -> Reading:
+def read_script(script: str, env: Mapping[str, str], unknown: KubeletEnv | None = None) -> Reading:
     """The first torchrun (or `python -m torch.distributed.run`) the script runs, and the programs
-    it runs before. Raises ValueError where the shell would refuse the script, TooLarge past the bound."""
-    scope = Scope(values=dict(env), exported=set(env))
+    it runs before. `unknown`: the container's env as the kubelet builds it, for the names it
+    declares whose values are known only at run time (a secret, the node's host name), which read
+    as unknown, never as unset. Raises ValueError where the shell would refuse the script,
+    TooLarge past the bound."""
+    values: dict[str, str | None] = dict(env)
+    scope = Scope(values=values, exported=set(env))
+    if unknown is not None:
+        for name in unknown.unknown - set(env):
+            values[name] = None
+            scope.exported.add(name)
+        scope.opaque = unknown.env_from
+        scope.maybe = lambda name: unknown.lookup(name) is None
     items = split_marked(script)
     reading = Reading()
     depth = 0
@@ -559,9 +602,11 @@ def _command(words: list[Word], scope: Scope, depth: int, here: Word | None, rea
         return None
     if head in ("unset",):
         for w in rest[1:]:
-            if (gone := _literal(w)) is not None:
+            if (gone := _literal(w)) is not None and not gone.startswith("-"):
                 scope.values.pop(gone, None)
                 scope.arrays.pop(gone, None)
+                scope.exported.discard(gone)
+                scope.unset.add(gone)
         return None
     if head is not None and head.rsplit("/", 1)[-1] == "torchrun":
         return _found(rest[1:], prefix, scope)
@@ -590,7 +635,8 @@ def _found(args: list[Word], prefix: dict[str, str | None], scope: Scope) -> Tor
         else:
             env[name] = value
             unknown.discard(name)
-    return Torchrun(out, env, unknown)
+    gone = {n for n in scope.unset if n not in scope.values and n not in prefix}
+    return Torchrun(out, env, unknown, gone)
 
 
 def _show(word: Word) -> str:

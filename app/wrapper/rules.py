@@ -687,7 +687,7 @@ NNODES_NOT_GIVEN = "--nnodes not given"
 
 def _nnodes_unknown(env: Mapping[str, str]) -> str:
     return (
-        f"{NNODES_NOT_GIVEN}: this pod is one of a {env.get(ENV_LAUNCHER) or 'multi-pod'} job's several, and "
+        f"{NNODES_NOT_GIVEN}: this pod is one of its job's several ({env.get(ENV_LAUNCHER) or 'multi-pod'}), and "
         f"torchrun's default (1 node) would train it alone. Pass --nnodes=N or annotate the pod template "
         f'{ANN_NNODES}: "N"'
     )

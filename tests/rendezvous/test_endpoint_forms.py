@@ -213,7 +213,7 @@ def test_a_jobset_with_no_node_count_refuses_instead_of_training_alone(bed: Test
     report("jobset without --nnodes: refused", elapsed)
     for r in runs:
         assert r.proc.returncode == 1, r.output[-3000:]
-        assert "hostnet-rdma: error: --nnodes not given: this pod is one of a jobset job's several" in r.output
+        assert "hostnet-rdma: error: --nnodes not given: this pod is one of its job's several (jobset)" in r.output
         assert "nnodes=?" in wrapper_line(r) and "DDP-OK" not in r.output
     assert elapsed < REFUSAL_BOUND
     annotated = tmp_path / "annotated"

@@ -33,6 +33,16 @@ def name_of(obj: Obj) -> str:
     return name
 
 
+# What the preview writes for a value the cluster makes when the object is created (a uid, a
+# group key): `<uid of Job x>`. Shown in `mutate -f`, but known only at run time to a command.
+_STAND_IN = re.compile(r"<[a-z][a-z ]* of [^<>]*>")
+
+
+def is_stand_in(value: str) -> bool:
+    """Whether a value holds one of the preview's stand-ins (see _STAND_IN)."""
+    return "<" in value and _STAND_IN.search(value) is not None
+
+
 def uid_of(obj: Obj) -> str:
     """The object's uid: from the cluster when it has one, else a stand-in the preview shows."""
     return str(meta(obj).get("uid") or f"<uid of {obj.get('kind')} {name_of(obj)}>")

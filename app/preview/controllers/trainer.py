@@ -81,10 +81,10 @@ def runtime_for(
     if found is None and runtime_of is not None:
         found = runtime_of(kind, str(meta(trainjob).get("namespace") or "default"), name)
     if found is None:
-        where = (
-            "in the file or the cluster" if runtime_of is not None else "in the file (or read it with --from-cluster)"
-        )
-        raise ExpandError(f"TrainJob {name_of(trainjob)}: its runtime {kind} {name} is not {where}")
+        # Two lines: the names are the user's, and long (an error line stays readable in a terminal).
+        where = "in the files or the cluster" if runtime_of is not None else "in the files"
+        fix = "" if runtime_of is not None else ": add its file (-f runtime.yaml -f job.yaml) or use --from-cluster"
+        raise ExpandError(f"TrainJob {name_of(trainjob)}: its runtime is not {where}\n  {kind} {name}{fix}")
     return found
 
 
