@@ -544,7 +544,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_headers, self._in_body = False, True
-        self._body_left = _declared_length(self.headers)
         if self._excess or len(self._requests) >= MAX_AHEAD:
             self._drop_pipelined()
             return
@@ -552,6 +551,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._requests.append(request)
         if self.direct is not None and self._take_direct(self.direct):
             return
+        self._body_left = _declared_length(self.headers)
         super().on_headers_complete()
         if self._draining and self.cycle is not None:
             self.cycle.keep_alive = False  # answered with connection: close, then closed
@@ -632,6 +632,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         reply = direct.reply(size, lambda status, body: self._send_direct(reply, keep_alive, status, body))
         self._direct_body, self._direct_reply = [], reply
         self._direct_out.append(reply)
+        self._body_left = size
         return True
 
     def _send_direct(self, reply: Reply, keep_alive: bool, status: int, body: bytes) -> None:
