@@ -34,6 +34,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import logging
+import re
 from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
@@ -137,10 +138,9 @@ class HeldBodies:
         self.waiting: dict[BoundedHttpToolsProtocol, None] = {}
         self.reader: BoundedHttpToolsProtocol | None = None
 
-    def take(self, protocol: BoundedHttpToolsProtocol, size: int) -> None:
-        """`size` body bytes arrived on `protocol`."""
-        self.held += size
-        if self.held >= self.limit and protocol is not self.reader and protocol not in self.waiting:
+    def over(self, protocol: BoundedHttpToolsProtocol) -> None:
+        """Body bytes arrived on `protocol` (counted in `held`), and bodies held are over the bound."""
+        if protocol is not self.reader and protocol not in self.waiting:
             self.waiting[protocol] = None
             protocol.hold_reading()
             self._next_reader()
@@ -269,6 +269,10 @@ class GatedFlow(FlowControl):
                 super().resume_reading()
 
 
+# Only to cut what a read holds at a request's end (_next_request_part); the parser decides.
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,10})[ \t]*\r", re.IGNORECASE)
+
+
 def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     """A request's Content-Length, when it declares one and no other framing (the parser has
     already refused the ambiguous ones)."""
@@ -377,17 +381,18 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             or self._excess
             or self.flow.write_paused
             or self in self.bounds.held.waiting
-            or self.transport.is_closing()
         )
 
     def hold_reading(self) -> None:
         """Over the bound on bodies held (HeldBodies): read no more, the request deadline held."""
         self.flow.pause_reading()
-        self._disarm()
+        if not self._not_reading:
+            self._disarm()
 
     def read_again(self) -> None:
         if not self.transport.is_closing():
-            self._arm()
+            if not self._not_reading:
+                self._arm()
             self.flow.resume_reading()
 
     def _answered(self) -> None:
@@ -412,7 +417,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _receiving_held(self) -> bool:
         held = self.bounds.held
-        return held.reader is self or self in held.waiting
+        return held.reader is self or (bool(held.waiting) and self in held.waiting)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -482,7 +487,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         return self in self.bounds.armed and not self._idle_deadline and not self._not_reading
 
     def data_received(self, data: bytes) -> None:
-        if (self._idle_deadline or self not in self.bounds.armed) and not self.transport.is_closing():
+        # (While answers wait unread, the deadline armed is the client's to read them: kept.)
+        if (self._idle_deadline or self not in self.bounds.armed) and not self._not_reading:
             self._idle_deadline = False
             self._arm()  # the first byte of a later request on a kept-alive connection
         # A request at a time: what follows a request that arrived whole stays unparsed until it
@@ -492,29 +498,33 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             end = pos + self._next_request_part(data, pos)
             self._parse(view[pos:end] if pos or end < len(data) else data)
             pos = end
-            if self.transport.is_closing():
-                return
             if pos < len(data) and not self.may_read():
-                self.unparsed = data[pos:]
+                if not self.transport.is_closing():
+                    self.unparsed = data[pos:]
                 break
         if not self.may_read():
             self.flow.pause_reading()
 
     def _next_request_part(self, data: bytes, pos: int) -> int:
         """How much of data[pos:] to parse at once: up to the end of the request being read,
-        where that is known (its headers' end, then its body's declared length), else all. A
-        guess that is off costs nothing but parsing ahead: the parser is fed the same bytes."""
+        where that is known (its headers' end and declared length, then what is left of its
+        body), else all. A guess that is off costs nothing but parsing ahead: the parser is fed
+        the same bytes either way, and decides."""
         if self._body_left is not None:
             return min(self._body_left, len(data) - pos) or len(data) - pos
         if self._in_body:  # a body of no declared length (chunked)
             return len(data) - pos
         end = data.find(b"\r\n\r\n", pos)
-        return len(data) - pos if end < 0 else end + 4 - pos
+        if end < 0:
+            return len(data) - pos
+        length = _CONTENT_LENGTH.search(data, pos, end + 2)
+        end += 4 + (int(length[1]) if length else 0)  # one part for a whole request: one parse
+        return min(end, len(data)) - pos
 
     def _parse(self, data: bytes | memoryview) -> None:
         at_boundary, self._began = self._between, False
         super().data_received(data)  # type: ignore[arg-type]
-        if self.transport.is_closing() or not self._in_headers:
+        if not self._in_headers or self.transport.is_closing():
             return
         # The header bound, a request at a time. A part that begins between requests ends at the
         # first end of headers (_next_request_part): if its request is still in its headers, all
@@ -580,14 +590,18 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         request = self._receiving
         if request is not None and (self._direct_body is not None or not self.cycle.response_complete):
             request.body += len(body)
-            self.bounds.held.take(self, len(body))
+            held = self.bounds.held
+            held.held += len(body)
+            if held.held >= held.limit:
+                held.over(self)
         if self._direct_body is not None:
             self._direct_body.append(body)  # within its declared length, which is within the bound
         else:
             super().on_body(body)
 
     def on_message_complete(self) -> None:
-        self._disarm()  # the whole request arrived; answering it is the app's business
+        if not self._not_reading:
+            self._disarm()  # the whole request arrived; answering it is the app's business
         self._in_body, self._body_left, self._between = False, None, True
         if self._receiving is not None:
             self._receiving.complete = True
