@@ -84,11 +84,13 @@ def _check_shape(pod: Obj) -> None:
     reach the Service) is refused here by name, allowed unchanged with the reason, rather than
     breaking a step further on."""
     if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod":
-        kind = pod.get("kind") if isinstance(pod, dict) else None
-        raise InvalidPod(f"expected a Pod, got {kind if isinstance(kind, str) else _type_name(kind or pod)}")
+        kind = pod.get("kind") if isinstance(pod, dict) else pod
+        raise InvalidPod(f"expected a Pod, got {kind if isinstance(kind, str) else json_type_name(kind)}")
     if pod.get("apiVersion", "v1") != "v1":
         version = pod.get("apiVersion")
-        raise InvalidPod(f"expected apiVersion v1, got {version if isinstance(version, str) else _type_name(version)}")
+        raise InvalidPod(
+            f"expected apiVersion v1, got {version if isinstance(version, str) else json_type_name(version)}"
+        )
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         raise InvalidPod("the Pod has no spec")
@@ -197,9 +199,9 @@ def _strings(value: Any, field: str) -> None:
             raise UnsupportedPod(f"{field} is not an object of strings")
 
 
-def _type_name(value: Any) -> str:
+def json_type_name(value: Any) -> str:
     """A value's JSON type, for a message about a forged one: never its repr (a list nested a
-    thousand deep has none)."""
+    thousand deep has none: repr() raises RecursionError)."""
     if value is None:
         return "null"
     if isinstance(value, bool):

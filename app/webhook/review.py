@@ -19,7 +19,7 @@ import orjson
 
 from app import __version__, events
 from app.core import InjectConfig, InvalidPod, Params, UnsupportedPod, Warned, mutate, patch, reasons
-from app.core.mutate import Result
+from app.core.mutate import Result, json_type_name
 from app.core.names import STATUS_ANNOTATION
 from app.wrapper import payload
 
@@ -177,11 +177,11 @@ def parse(body: bytes) -> dict[str, Any]:
 
 def _shown(value: Any) -> str:
     """A field of a forged review in a message: a string quoted and cut, anything else by its
-    type. Never repr() or str() of the value: a list nested a thousand deep has neither (it
+    JSON type. Never repr() or str() of the value: a list nested a thousand deep has neither (it
     raises RecursionError), and a long one would make a long answer."""
     if isinstance(value, str):
         return repr(value[:64] + ("..." if len(value) > 64 else ""))
-    return "null" if value is None else f"a {type(value).__name__} value"
+    return json_type_name(value)
 
 
 def answer(body: bytes, params: Params) -> ReviewResult:

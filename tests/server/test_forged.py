@@ -23,7 +23,7 @@ def test_an_envelope_nested_a_thousand_deep_is_a_400_with_a_reason(server: Serve
     with server.client() as c:
         r = post(c, body)
     assert r.status_code == 400, r.text
-    assert r.json() == {"error": "expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got a list value "
+    assert r.json() == {"error": "expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got a list "
                                  "'AdmissionReview'"}  # fmt: skip
     assert "Traceback" not in server.log.read_text()
 
