@@ -285,3 +285,43 @@ def test_reload_loads_the_pair_it_checked(tmp_path: Path, monkeypatch: Any) -> N
     monkeypatch.setattr(tls, "check_pair", check_then_swap)
     assert cert.check()
     assert _handshake_verifies(cert.context, root)
+
+
+def _served_key_type(server: Any, root: tls.Pair) -> str:
+    """The key type of the certificate an in-memory handshake with `server` (an SSLContext)
+    gets, for a client that offers both ECDSA and RSA signatures (as Go's and OpenSSL's do)."""
+    import contextlib
+    import ssl
+    import tempfile
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    with tempfile.NamedTemporaryFile(suffix=".pem") as f:
+        f.write(root.cert_pem)
+        f.flush()
+        client_ctx = ssl.create_default_context(cafile=f.name)
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname=NAMES[0])
+    srv = server.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(10):
+        for end in (client, srv):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                end.do_handshake()
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    der = client.getpeercert(binary_form=True)
+    assert der is not None
+    return "EC" if isinstance(x509.load_der_x509_certificate(der).public_key(), ec.EllipticCurvePublicKey) else "RSA"
+
+
+def test_a_rotation_that_changes_the_key_type_serves_only_the_new_pair(tmp_path: Path) -> None:
+    """OpenSSL keeps one certificate per key type in a context: a new pair loaded into the live
+    one left the old EC certificate beside the new RSA one (issue #63). Each reload is a fresh
+    context, which the listener's context hands each handshake to."""
+    ca, cert = _serving(tmp_path)
+    assert _served_key_type(cert.context, ca) == "EC"
+    for kind, want in (("rsa", "RSA"), ("ec", "EC"), ("rsa", "RSA")):
+        tls.write_dir(tmp_path, tls.make_serving(ca, list(NAMES), key_type=kind))
+        assert cert.check()
+        assert _served_key_type(cert.context, ca) == want, kind

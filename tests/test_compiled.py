@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 # The suites that exercise the pure core and its callers without monkeypatching module
 # attributes (a compiled module's callers do not see a patched attribute).
 SUITES = ["test_golden.py", "test_properties.py", "test_rules.py", "test_app.py", "test_verify_explain.py",
-          "test_wrapper.py", "test_cli.py", "test_tenant_cost.py", "test_adversarial.py"]  # fmt: skip
+          "test_wrapper.py", "test_cli.py", "test_tenant_cost.py", "test_adversarial.py", "test_forged_types.py"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

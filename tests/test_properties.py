@@ -382,9 +382,9 @@ def test_peer_patterns_match_as_fnmatch_does(host: str, peers: list[str]) -> Non
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
                     max_leaves=30))  # fmt: skip
 def test_the_pod_copy_is_deep_where_json_can_be_written(value: Any) -> None:
-    from app.core.mutate import _json_copy
+    from app.core.mutate import MAX_NESTING, _json_copy
 
-    copy = _json_copy(value)
+    copy = _json_copy(value, MAX_NESTING)
     assert copy == value
 
     def containers(v: Any) -> list[Any]:

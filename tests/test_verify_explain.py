@@ -192,6 +192,22 @@ def test_explain_says_the_opt_in_mode_and_the_pod_label() -> None:
     ]
 
 
+def test_explain_says_a_live_pod_without_the_status_was_created_without_the_webhook() -> None:
+    """A live pod the webhook would plumb that carries no status annotation: the API server
+    created it without the webhook (down or timed out, failurePolicy Ignore)."""
+    pod = yaml.safe_load((GOLDEN / "opt-in" / "volcano-seed-no-pod-label.yaml").read_text())
+    params, labels = Params(namespace="ml", wrapper_payload="x"), {"hostnet-rdma.io/inject": "enabled"}
+    bypassed = "created without the webhook (it was unreachable or timed out): this pod has no plumbing"
+    steps = explain(pod, params, labels, live=True)
+    assert [s.text.startswith(bypassed) for s in steps if not s.ok and not s.text.startswith("warning:")] == [True]
+    # The same pod previewed from a file is not said to be bypassed; nor a live pod that is no
+    # training pod (the webhook saw it and left it alone).
+    assert not any(s.text.startswith(bypassed) for s in explain(pod, params, labels))
+    exporter = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "node-exporter"},
+                "spec": {"hostNetwork": True, "containers": [{"name": "e", "image": "node-exporter"}]}}  # fmt: skip
+    assert not any(s.text.startswith(bypassed) for s in explain(exporter, params, labels, live=True))
+
+
 def test_explain_cli_on_a_file() -> None:
     p = cli("explain", "-f", str(GOLDEN / "pytorchjob" / "master-worker-elastic-master-0.yaml"))
     assert p.returncode == 0, p.stdout

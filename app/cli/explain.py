@@ -8,9 +8,9 @@ the preview does not expand (Argo, CronJob, Ray, Kubeflow Pipelines) are named, 
 
 Exit codes: 0 every pod is mutated and its wrapper would start; 1 a pod's wrapper would refuse
 to start, a pod would be left unchanged as one the webhook cannot handle safely (not: a pod that
-is no training pod, or opted out), or a job's pods would not host exactly one rendezvous
-store; 2 bad input or a cluster that cannot be read; 3 a pod would not be sent to the webhook;
-4 the file holds a workload the preview cannot expand into pods (named); 141 the reader closed the pipe."""
+is no training pod, or opted out), a live pod was created without the webhook (no plumbing),
+or a job's pods would not host exactly one rendezvous store; 2 bad input or a cluster that
+cannot be read; 3 a pod would not be sent to the webhook; 4 the file holds a workload the preview cannot expand into pods (named); 141 the reader closed the pipe."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _steps_of_a_live_pod(args: argparse.Namespace) -> int:
         print(f"NO  no MutatingWebhookConfiguration {args.webhook_config!r} in this cluster: is the chart installed "
               "(helm list -A), under another release name (--webhook-config)?")  # fmt: skip
         return 1
-    return _steps(explain(pod, review.params_for(cfg, namespace), ns_labels, selectors), args.output)
+    return _steps(explain(pod, review.params_for(cfg, namespace), ns_labels, selectors, live=True), args.output)
 
 
 WIDTH = 100  # the default table's columns; `-o wide` prints every column whatever its width

@@ -126,10 +126,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     try:
-        uvicorn.Server(config).run()
+        _server(config, background).run()
     finally:
-        background.stop()
+        background.stop()  # when uvicorn returns (start-up failed, or a stop without a signal)
     return 0
+
+
+def _server(config: Any, background: Background) -> Any:
+    """uvicorn's Server, stopping the background loops once its shutdown is done (connections
+    drained, the lifespan's shutdown run): the Events thread's last flush then sends what the
+    last requests recorded. Not after run(): on SIGTERM uvicorn raises the signal again once it
+    has shut down, and the default action ends the process there, before run() returns."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().shutdown(sockets)
+            await asyncio.to_thread(background.stop)  # joins the Events thread: up to 10 s
+
+    return Server(config)
 
 
 class Background:
@@ -161,6 +176,7 @@ class Background:
             self._events.start()
 
     def stop(self) -> None:
+        """Idempotent: after uvicorn's shutdown, and again when run() returns."""
         self._stop.set()
         self.cert.stop()
         self.holder.stop()

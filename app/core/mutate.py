@@ -79,11 +79,18 @@ class Result:
 
 
 def _check_shape(pod: Obj) -> None:
+    """The one check of the JSON types of what the core reads, at its entry: a pod the API
+    server sends always passes; a forged review with a field of the wrong type (any pod can
+    reach the Service) is refused here by name, allowed unchanged with the reason, rather than
+    breaking a step further on."""
     if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod":
-        kind = pod.get("kind") if isinstance(pod, dict) else type(pod).__name__
-        raise InvalidPod(f"expected a Pod, got {kind}")
+        kind = pod.get("kind") if isinstance(pod, dict) else pod
+        raise InvalidPod(f"expected a Pod, got {kind if isinstance(kind, str) else json_type_name(kind)}")
     if pod.get("apiVersion", "v1") != "v1":
-        raise InvalidPod(f"expected apiVersion v1, got {pod.get('apiVersion')}")
+        version = pod.get("apiVersion")
+        raise InvalidPod(
+            f"expected apiVersion v1, got {version if isinstance(version, str) else json_type_name(version)}"
+        )
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         raise InvalidPod("the Pod has no spec")
@@ -91,36 +98,121 @@ def _check_shape(pod: Obj) -> None:
     if not isinstance(meta, dict):
         raise UnsupportedPod("metadata is not an object")
     for key in ("labels", "annotations"):
-        if not isinstance(meta.get(key, {}), dict):
-            raise UnsupportedPod(f"metadata.{key} is not an object")
+        _strings(meta.get(key), f"metadata.{key}")
+    for key in ("name", "generateName", "namespace"):
+        if not isinstance(meta.get(key, ""), str):
+            raise UnsupportedPod(f"metadata.{key} is not a string")
+    if not isinstance(meta.get("ownerReferences", []), list):
+        raise UnsupportedPod("metadata.ownerReferences is not a list")
+    for ref in meta.get("ownerReferences") or ():
+        if not isinstance(ref, dict):
+            raise UnsupportedPod("metadata.ownerReferences is not a list of objects")
+        for key in ("apiVersion", "kind", "name", "uid"):
+            if not isinstance(ref.get(key, ""), str):
+                raise UnsupportedPod(f"metadata.ownerReferences: {key} is not a string")
+    _strings(spec.get("nodeSelector"), "spec.nodeSelector")
+    _resources(spec, "spec")
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise UnsupportedPod("spec.containers is missing or empty")
-    if not isinstance(spec.get("volumes", []), list):
-        raise UnsupportedPod("spec.volumes is not a list")
+    for key in ("volumes", "initContainers", "ephemeralContainers", "resourceClaims"):
+        if not isinstance(spec.get(key, []), list):
+            raise UnsupportedPod(f"spec.{key} is not a list")
+    for v in spec.get("volumes") or ():
+        if not isinstance(v, dict) or not isinstance(v.get("name"), str):
+            raise UnsupportedPod("a volume has no name")
+        for source, value in v.items():  # every volume source is an object (hostPath, emptyDir...)
+            if source != "name" and not isinstance(value, dict):
+                raise UnsupportedPod(f"volume {v['name']}: {source} is not an object")
+    for c in spec.get("resourceClaims") or ():
+        if not isinstance(c, dict) or not isinstance(c.get("name", ""), str):
+            raise UnsupportedPod("spec.resourceClaims is not a list of named objects")
+    for c in spec.get("ephemeralContainers") or ():
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            raise UnsupportedPod("an ephemeral container has no name")
     seen: set[str] = set()
     for c in containers:
-        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-            raise UnsupportedPod("a container has no name")
-        if c["name"] in seen:
-            raise UnsupportedPod(f"container name {c['name']!r} appears twice")
-        seen.add(c["name"])
-        for key in ("env", "volumeMounts", "envFrom"):
-            items = c.get(key, [])
-            if not isinstance(items, list):
-                raise UnsupportedPod(f"container {c['name']}: {key} is not a list of objects")
-            for x in items:  # a loop, not all(genexpr): this runs for every container of every pod
-                if not isinstance(x, dict):
-                    raise UnsupportedPod(f"container {c['name']}: {key} is not a list of objects")
-        for key in ("command", "args"):
-            if not isinstance(c.get(key, []), list):
-                raise UnsupportedPod(f"container {c['name']}: {key} is not a list")
-        sc = c.get("securityContext", {})
-        if not isinstance(sc, dict) or not isinstance(sc.get("capabilities", {}), dict):
-            raise UnsupportedPod(f"container {c['name']}: securityContext is not an object")
-        caps = sc.get("capabilities", {})
-        if not isinstance(caps.get("add", []), list) or not isinstance(caps.get("drop", []), list):
-            raise UnsupportedPod(f"container {c['name']}: capabilities add/drop are not lists")
+        _check_container(c, "a container", seen)
+    for c in spec.get("initContainers") or ():
+        _check_container(c, "an init container", set())
+
+
+def _check_container(c: Any, which: str, seen: set[str]) -> None:
+    if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+        raise UnsupportedPod(f"{which} has no name")
+    name = c["name"]
+    if name in seen:
+        raise UnsupportedPod(f"container name {name!r} appears twice")
+    seen.add(name)
+    for key in ("env", "volumeMounts", "envFrom"):
+        items = c.get(key, [])
+        if not isinstance(items, list):
+            raise UnsupportedPod(f"container {name}: {key} is not a list of objects")
+        for x in items:  # a loop, not all(genexpr): this runs for every container of every pod
+            if not isinstance(x, dict):
+                raise UnsupportedPod(f"container {name}: {key} is not a list of objects")
+    for key in ("command", "args"):
+        words = c.get(key, [])
+        if not isinstance(words, list):
+            raise UnsupportedPod(f"container {name}: {key} is not a list")
+        for word in words:
+            if not isinstance(word, str):
+                raise UnsupportedPod(f"container {name}: {key} is not a list of strings")
+    for key in ("image", "workingDir"):
+        if not isinstance(c.get(key, ""), str):
+            raise UnsupportedPod(f"container {name}: {key} is not a string")
+    sc = c.get("securityContext", {})
+    if not isinstance(sc, dict) or not isinstance(sc.get("capabilities", {}), dict):
+        raise UnsupportedPod(f"container {name}: securityContext is not an object")
+    caps = sc.get("capabilities", {})
+    if not isinstance(caps.get("add", []), list) or not isinstance(caps.get("drop", []), list):
+        raise UnsupportedPod(f"container {name}: capabilities add/drop are not lists")
+    _resources(c, f"container {name}:")
+
+
+def _resources(owner: Obj, where: str) -> None:
+    """`resources` (a container's, or the pod's) and its limits and requests are objects."""
+    resources = owner.get("resources")
+    if resources is None:
+        return
+    if not isinstance(resources, dict):
+        raise UnsupportedPod(f"{where} resources is not an object")
+    for kind in ("limits", "requests"):
+        amounts = resources.get(kind)
+        if amounts is None:
+            continue
+        if not isinstance(amounts, dict):
+            raise UnsupportedPod(f"{where} resources.{kind} is not an object")
+        for amount in amounts.values():
+            if not isinstance(amount, str | int | float) or isinstance(amount, bool):
+                raise UnsupportedPod(f"{where} resources.{kind} is not an object of quantities")
+
+
+def _strings(value: Any, field: str) -> None:
+    """A map of strings (labels, annotations, a nodeSelector), or absent."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise UnsupportedPod(f"{field} is not an object")
+    for v in value.values():
+        if not isinstance(v, str):
+            raise UnsupportedPod(f"{field} is not an object of strings")
+
+
+def json_type_name(value: Any) -> str:
+    """A value's JSON type, for a message about a forged one: never its repr (a list nested a
+    thousand deep has none: repr() raises RecursionError)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return "a string" if isinstance(value, str) else type(value).__name__
 
 
 # The volume names the steps add, and the source each has when it is ours (from an earlier pass).
@@ -309,18 +401,31 @@ def _container_copy(container: Any) -> Any:
     for key in WRITTEN:
         value = out.get(key)
         if isinstance(value, dict | list):
-            out[key] = _json_copy(value)
+            try:
+                out[key] = _json_copy(value, MAX_NESTING)
+            except UnsupportedPod as e:
+                raise UnsupportedPod(f"container {out.get('name')}: {key} is {e}") from None
     return out
 
 
-def _json_copy(value: Any) -> Any:
+# How deep the copied fields may nest: a real env or securityContext is 3 or 4 levels deep; a
+# forged one nested a thousand deep would exhaust the interpreter's recursion (a traceback).
+MAX_NESTING = 32
+
+
+def _json_copy(value: Any, levels: int) -> Any:
     """A deep copy of plain JSON: new dicts and lists, the same (immutable) strings and numbers.
     Compiled, ~2x faster than an orjson round trip (which makes every string anew), and the
-    diff's compares of the shared strings are then identity checks."""
+    diff's compares of the shared strings are then identity checks. UnsupportedPod when nested
+    deeper than `levels`."""
     if isinstance(value, dict):
-        return {k: _json_copy(v) for k, v in value.items()}
+        if not levels:
+            raise UnsupportedPod(f"nested more than {MAX_NESTING} levels deep")
+        return {k: _json_copy(v, levels - 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [_json_copy(v) for v in value]
+        if not levels:
+            raise UnsupportedPod(f"nested more than {MAX_NESTING} levels deep")
+        return [_json_copy(v, levels - 1) for v in value]
     return value
 
 

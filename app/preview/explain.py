@@ -21,9 +21,12 @@ def explain(
     params: Params,
     namespace_labels: dict[str, str] | None = None,
     selectors: selection.Selectors | None = None,
+    live: bool = False,
 ) -> list[Step]:
     """`selectors`: the installed webhook's (read from the cluster); None: what the chart
-    renders for params.config. `namespace_labels`: None for a file previewed offline."""
+    renders for params.config. `namespace_labels`: None for a file previewed offline. `live`:
+    the pod as the cluster stored it, so one the webhook would change but that carries no status
+    annotation was created without it."""
     steps: list[Step] = []
     meta = pod.get("metadata") or {}
     ns = params.namespace
@@ -85,6 +88,11 @@ def explain(
         steps.append(Step(False, f"left unchanged: {result.reason}"))
         return steps
     info = result.info
+    if live and result.changed:
+        # Sent to the webhook (the selectors above), a pod it changes, yet stored without its
+        # status: the API server created it without the webhook (failurePolicy Ignore).
+        steps.append(Step(False, "created without the webhook (it was unreachable or timed out): this pod has no "
+                          "plumbing; recreate it once the webhook answers. What the webhook would have done:"))  # fmt: skip
     steps.append(Step(True, f"launcher detected: {info.launcher}" + (f" (job {info.job})" if info.job else "")))
     steps.append(
         Step(

@@ -19,7 +19,7 @@ import orjson
 
 from app import __version__, events
 from app.core import InjectConfig, InvalidPod, Params, UnsupportedPod, Warned, mutate, patch, reasons
-from app.core.mutate import Result
+from app.core.mutate import Result, json_type_name
 from app.core.names import STATUS_ANNOTATION
 from app.wrapper import payload
 
@@ -162,7 +162,7 @@ def parse(body: bytes) -> dict[str, Any]:
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
         raise BadReview(
             f"expected apiVersion {API_VERSION} kind AdmissionReview, "
-            f"got {review.get('apiVersion')!r} {review.get('kind')!r}"
+            f"got {_shown(review.get('apiVersion'))} {_shown(review.get('kind'))}"
         )
     request = review.get("request")
     if not isinstance(request, dict):
@@ -170,7 +170,18 @@ def parse(body: bytes) -> dict[str, Any]:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise BadReview("AdmissionReview request has no uid")
+    if not isinstance(request.get("namespace", ""), str | None):
+        raise BadReview("AdmissionReview request.namespace is not a string")
     return request
+
+
+def _shown(value: Any) -> str:
+    """A field of a forged review in a message: a string quoted and cut, anything else by its
+    JSON type. Never repr() or str() of the value: a list nested a thousand deep has neither (it
+    raises RecursionError), and a long one would make a long answer."""
+    if isinstance(value, str):
+        return repr(value[:64] + ("..." if len(value) > 64 else ""))
+    return json_type_name(value)
 
 
 def answer(body: bytes, params: Params) -> ReviewResult:
@@ -187,9 +198,14 @@ def answer(body: bytes, params: Params) -> ReviewResult:
         )
         obj = request.get("object")
         meta = obj.get("metadata") if isinstance(obj, dict) else None
-        meta = meta if isinstance(meta, dict) else {}
-        return ReviewResult.left_unchanged("error", uid, why, str(request.get("namespace") or ""),
-                                           str(meta.get("name") or meta.get("generateName") or ""))  # fmt: skip
+        return ReviewResult.left_unchanged("error", uid, why, request.get("namespace") or "",
+                                           _pod_name(meta if isinstance(meta, dict) else {}))  # fmt: skip
+
+
+def _pod_name(meta: dict[str, Any]) -> str:
+    """The pod's name or generateName for the log, "" when neither is a string (a forged pod)."""
+    name = meta.get("name") or meta.get("generateName")
+    return name if isinstance(name, str) else ""
 
 
 # The Params of the request's namespace, made once per namespace for the live Params (the
@@ -210,7 +226,7 @@ def _in_namespace(params: Params, namespace: str) -> Params:
 
 
 def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
-    namespace = str(request.get("namespace") or "")
+    namespace: str = request.get("namespace") or ""  # a string or null (parse)
     operation = request.get("operation")
     kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
     if operation is not None and operation != "CREATE":
@@ -222,7 +238,7 @@ def _review(request: dict[str, Any], uid: str, params: Params) -> ReviewResult:
         raise BadReview("AdmissionReview request has no object")
     raw_meta = pod.get("metadata")
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
-    name = str(meta.get("name") or meta.get("generateName") or "")
+    name = _pod_name(meta)
     if namespace and namespace != params.namespace:
         params = _in_namespace(params, namespace)
     # An Event on the pod's job (app.events), on its first admission only: not a dry run, not

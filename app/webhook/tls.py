@@ -17,7 +17,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from app.webhook import filewatch
@@ -35,11 +35,14 @@ class Pair:
     key_pem: bytes
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
+def _key(kind: str = "ec") -> ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey:
+    """An EC P-256 key (ours), or RSA 2048 (what other issuers, cert-manager's default among them, make)."""
+    if kind == "rsa":
+        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
@@ -74,12 +77,13 @@ def service_names(service: str, namespace: str, cluster_domain: str = "cluster.l
     ]
 
 
-def make_serving(ca: Pair, hosts: list[str], days: int = 365) -> Pair:
+def make_serving(ca: Pair, hosts: list[str], days: int = 365, key_type: str = "ec") -> Pair:
+    """A serving pair for `hosts` signed by `ca`; `key_type` "ec" or "rsa"."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
     ca_key = serialization.load_pem_private_key(ca.key_pem, None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ValueError("CA key must be an EC key")
-    key = _key()
+    key = _key(key_type)
     sans: list[x509.GeneralName] = []
     for h in hosts:
         try:
@@ -269,7 +273,16 @@ def check_pair(cert_pem: bytes, ca_file: Path, names: tuple[str, ...] = (), ca_p
 
 
 class ReloadingCert:
-    """Owns the live SSLContext; swaps its certificate when the files change.
+    """Owns the SSLContext the listening socket was given (`context`); serves the newest good
+    pair when the files change.
+
+    Each reload builds a fresh SSLContext from the new pair; `context`'s SNI callback, which
+    OpenSSL runs at every ClientHello (with or without a server name), moves the handshake onto
+    the newest one. Loading the new pair into the live context instead would keep the old one
+    beside it when the key type changes: OpenSSL holds one certificate per key type and picks by
+    what the client offers, so after EC -> RSA a Go client (the API server) still got the old EC
+    certificate. The listener keeps its context for life (asyncio captures it at
+    create_server), hence the callback rather than a swap of the listener's context.
 
     New handshakes use the new pair; a pair that does not load, is not signed by the CA in the
     same directory, is not valid now, or does not name every expected host is refused (logged,
@@ -282,6 +295,8 @@ class ReloadingCert:
         self.key_file = directory / KEY_FILE
         self.poll_seconds = poll_seconds
         self.context = server_context(self.cert_file, self.key_file)
+        self.context.sni_callback = self._serve_newest
+        self.current = self.context  # the newest good pair's context
         self._fingerprint = self._read_fingerprint()
         self.expiry = not_after(self.cert_file.read_bytes())
         self._stop = threading.Event()
@@ -291,6 +306,11 @@ class ReloadingCert:
         self.names = names
         self._loop: asyncio.AbstractEventLoop | None = None
         self._refused: tuple[tuple[bytes, bytes], str] | None = None
+
+    def _serve_newest(self, conn: ssl.SSLObject | ssl.SSLSocket, _server_name: str | None, ctx: ssl.SSLContext) -> None:
+        current = self.current
+        if current is not ctx:
+            conn.context = current
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Swap certificates on the serving loop's thread, never beside a handshake."""
@@ -320,13 +340,12 @@ class ReloadingCert:
             except OSError:
                 ca_pem = b""
             try:
-                # One read of the files, checked and then loaded: validated on a throwaway
-                # context first (a bad pair must not break serving), then the same bytes.
-                context_from(*current)
+                # One read of the files, loaded into a fresh context and checked; served only
+                # once both pass (a bad pair must not break serving).
+                fresh = context_from(*current)
                 why = check_pair(current[0], self.directory / CA_FILE, self.names, ca_pem)
                 if why is not None:
                     raise ValueError(why)
-                load_pair(self.context, *current)
             except (ssl.SSLError, OSError, ValueError) as e:
                 # Tried again at every poll: a reason can pass (a certificate not valid yet, from
                 # a clock ahead of ours; a CA file written after the pair). Said once per pair and reason.
@@ -336,6 +355,7 @@ class ReloadingCert:
                     self.refused += 1
                 return False
             self._refused = None
+            self.current = fresh
             self._fingerprint = current
             self.expiry = not_after(current[0])
             self.reloads += 1

@@ -36,6 +36,17 @@ def binaries() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [create]
+    resources: [{group: "", resources: [pods]}]
+  - level: None
+"""
+
+
 @dataclass
 class ControlPlane:
     url: str
@@ -76,6 +87,8 @@ class ControlPlane:
         token = secrets.token_hex(16)
         (workdir / "tokens.csv").write_text(f'{token},admin,admin,"system:masters"\n')
         cert_dir = workdir / "pki"
+        # Pod creations' metadata only: what the policy on unplumbed pods writes (its audit annotations).
+        (workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
         api = subprocess.Popen(
             [
                 str(bin_dir / "kube-apiserver"),
@@ -93,6 +106,8 @@ class ControlPlane:
                 "--disable-admission-plugins=ServiceAccount",
                 "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook,PodSecurity",
                 "--advertise-address=127.0.0.1",
+                f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
+                f"--audit-log-path={workdir / 'audit.log'}",
             ],
             stdout=(workdir / "apiserver.log").open("wb"),
             stderr=subprocess.STDOUT,

@@ -349,11 +349,24 @@ def _scale_to_zero(c: Cluster) -> None:
 
 def test_webhook_down_failure_policy(cluster: Cluster, release: dict[str, Any]) -> None:
     """README: with the default failurePolicy Ignore, pods are created without the plumbing
-    while the webhook is down; with Fail, pod creation in opted-in namespaces is refused."""
+    while the webhook is down, never silently: the chart's policy on unplumbed pods warns (or,
+    webhook.unplumbedPods=Deny, refuses them); with Fail, pod creation in opted-in namespaces is
+    refused."""
     assert _mutated(_dry_run_probe(cluster))
     try:
         _scale_to_zero(cluster)
-        assert not _mutated(_dry_run_probe(cluster)), "Ignore: the pod is created, unmutated"
+        p = _dry_run_probe(cluster)
+        assert not _mutated(p), "Ignore: the pod is created, unmutated"
+        assert "created without the webhook's plumbing" in p.stderr, p.stderr  # kubectl prints the warning
+        up = helm(cluster, "upgrade", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--reuse-values",
+                  "--set", "webhook.unplumbedPods=Deny")  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        _scale_to_zero(cluster)
+        deadline = time.monotonic() + 30
+        while (p := _dry_run_probe(cluster)).returncode == 0:
+            assert time.monotonic() < deadline, "webhook.unplumbedPods=Deny never took effect"
+            time.sleep(0.5)
+        assert "created without the webhook's plumbing" in p.stderr, p.stderr
         up = helm(cluster, "upgrade", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--reuse-values",
                   "--set", "webhook.failurePolicy=Fail")  # fmt: skip
         assert up.returncode == 0, up.stderr
@@ -365,7 +378,8 @@ def test_webhook_down_failure_policy(cluster: Cluster, release: dict[str, Any]) 
         assert "pods.hostnet-rdma.io" in p.stderr, p.stderr
     finally:
         up = helm(cluster, "upgrade", RELEASE, "charts/hostnet-rdma", "-n", RELEASE_NS, "--reuse-values",
-                  "--set", "webhook.failurePolicy=Ignore", "--wait", "--timeout", "3m")  # fmt: skip
+                  "--set", "webhook.failurePolicy=Ignore", "--set", "webhook.unplumbedPods=Warn", "--wait",
+                  "--timeout", "3m")  # fmt: skip
         assert up.returncode == 0, up.stderr
     deadline = time.monotonic() + 30
     while not _mutated(_dry_run_probe(cluster)):

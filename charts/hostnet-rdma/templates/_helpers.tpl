@@ -66,3 +66,32 @@ for self-managed certificates, and for Events.
 {{- define "hostnet-rdma.callsApi" -}}
 {{- or (eq .Values.certs.mode "self-managed") .Values.events.enabled -}}
 {{- end }}
+
+{{/* Which namespaces' pods the webhook is sent: labelled ones, never the excluded ones or the
+release's own. The policy on pods created without it (unplumbed-pods-policy.yaml) matches the same. */}}
+{{- define "hostnet-rdma.namespaceSelector" -}}
+matchExpressions:
+  - key: hostnet-rdma.io/inject
+    operator: In
+    values: [enabled]
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values:
+      {{- range .Values.webhook.excludeNamespaces }}
+      - {{ . }}
+      {{- end }}
+      - {{ .Release.Namespace }}
+{{- end }}
+
+{{/* Which pods of those namespaces (config.optIn). */}}
+{{- define "hostnet-rdma.objectSelector" -}}
+{{- if eq .Values.config.optIn "pod" -}}
+matchLabels:
+  hostnet-rdma.io/inject: enabled
+{{- else -}}
+matchExpressions:
+  - key: hostnet-rdma.io/inject
+    operator: NotIn
+    values: [disabled]
+{{- end }}
+{{- end }}
