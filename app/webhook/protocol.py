@@ -374,14 +374,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def resting(self) -> bool:
         return self._idle() and not self._in_request()
 
+    def _blocked(self) -> bool:
+        """Not to be read, whatever it sent: a request queued for the ASGI app, over MAX_AHEAD,
+        answers waiting unread, or over the bound on bodies held."""
+        return bool(self.pipeline) or self._excess or self.flow.write_paused or self in self.bounds.held.waiting
+
     def may_read(self) -> bool:
-        return not (
-            self._answer_owed()
-            or self.pipeline
-            or self._excess
-            or self.flow.write_paused
-            or self in self.bounds.held.waiting
-        )
+        return not (self._answer_owed() or self._blocked())
 
     def hold_reading(self) -> None:
         """Over the bound on bodies held (HeldBodies): read no more, the request deadline held."""
@@ -492,7 +491,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._idle_deadline = False
             self._arm()  # the first byte of a later request on a kept-alive connection
         # A request at a time: what follows a request that arrived whole stays unparsed until it
-        # is answered (a client that pipelines holds no more than what one read brought in).
+        # is answered, and the connection is read no more meanwhile (a client that pipelines
+        # holds what one read brought in). One that sends nothing more is never paused: the API
+        # server's connections cost no pause and resume a review.
+        if self._answer_owed():
+            self.unparsed += data
+            self.flow.pause_reading()
+            return
         view, pos = memoryview(data), 0
         while pos < len(data):
             end = pos + self._next_request_part(data, pos)
@@ -502,7 +507,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 if not self.transport.is_closing():
                     self.unparsed = data[pos:]
                 break
-        if not self.may_read():
+        if self.unparsed or self._blocked():
             self.flow.pause_reading()
 
     def _next_request_part(self, data: bytes, pos: int) -> int:
