@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.core import names, wrap
-from app.core.mutate import _requests_devices, _torchrun_env
+from app.core import launchers, names
+from app.core.mutate import _not_training
 from app.core.params import InjectConfig
 from tests.apiserver.conftest import ON, RELEASE, Kube, Webhook, local_only, set_failure_policy
 from tests.apiserver.controlplane import ROOT, ControlPlane
@@ -33,19 +33,14 @@ CASES = sorted(p for p in (ROOT / "tests" / "golden").glob("*/*.yaml") if not p.
 
 
 def training_signal(pod: dict[str, Any]) -> bool:
-    """What the policy's CEL reads, from the core's own predicates (mutate._not_training less
-    the launcher, which CEL cannot see): the pod's opt-in label, the containers annotation, a
-    GPU or RDMA resource, torchrun in the command, torchrun's env."""
+    """What the policy's CEL reads: the core's own answer (mutate._not_training: the pod's
+    opt-in label, the containers annotation, a training launcher, a GPU or RDMA resource or a
+    DRA claim, torchrun in the command, torchrun's env)."""
     meta = pod.get("metadata") or {}
     if (meta.get("labels") or {}).get(names.INJECT_LABEL) == names.INJECT_LABEL_VALUE:
         return True
-    if names.ANN_CONTAINERS in (meta.get("annotations") or {}):
-        return True
-    prefixes = InjectConfig().rdma_resource_prefixes
-    return any(
-        _requests_devices(c, prefixes) or wrap.runs_torch_distributed(c) or _torchrun_env(c)
-        for c in pod["spec"]["containers"]
-    )
+    info = launchers.describe(pod, InjectConfig().rdzv_port)
+    return _not_training(pod, info, meta.get("annotations") or {}, InjectConfig().rdma_resource_prefixes) == ""
 
 
 def flagged_by_policy(pod: dict[str, Any]) -> bool:
