@@ -84,15 +84,36 @@ _NO_PLUGIN = re.compile(r"NET/Plugin ?: (?:No plugin found|Could not find:? ?lib
 # param.cc / env: "%s set by environment to %s": sockets chosen by the user.
 _NNODES = re.compile(r" nRanks \d+ nNodes (\d+) ")
 _SOCKETS_CHOSEN = re.compile(r"NCCL_IB_DISABLE set by environment to 1\b|NCCL_NET set by environment to Socket\b")
+# NCCL's own IB in the running: its lines ("NET/IB : Using", "No device found"), or libibverbs failing.
+_IB_TRIED = re.compile(r"NET/IB\b")
+# NCCL set its networks up in this log (NET subsystem): the socket transport's device line, or the
+# plugin loader's (2.24+). Socket with no IB line here: IB was never tried (NCCL_IB_DISABLE=1, or
+# NCCL_NET=Socket), which NCCL says in words only under NCCL_DEBUG_SUBSYS=ENV.
+_NET_SETUP = re.compile(r"NET/Socket ?: Using \[|Initialized NET plugin Socket")
+# GPUDirect RDMA as NCCL reports it: net_ib.cc (2.4-2.13) "NET/IB : GPU Direct RDMA Disabled for HCA %d
+# '%s' (no module[ or not supported by GPU])"; topo.cc (2.14+) "NET/%s : GPU Direct RDMA %s for HCA %d
+# '%s'" (the NIC's support: peermem or DMA-BUF); paths.cc "GPU Direct RDMA %s for GPU ... (distance %d
+# ...)" (the topology: the GPU too far from the NIC for NCCL_NET_GDR_LEVEL, not a driver matter).
+_GDR_SAID = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for [^\r\n]*")
+# init.cc (2.19+) "DMA-BUF is available on GPU device %d"; aws-ofi-nccl "Support for DMA-BUF registrations".
+_DMABUF = re.compile(r"DMA-BUF is available on GPU|Support for DMA-BUF registrations: true|DMA-BUF support", re.I)
 # init.cc: "ncclCommInitRank comm 0x... rank %d nranks %d cudaDev %d ... commId 0x%llx - Init START",
 # then "... - Init COMPLETE" (2.14+).
 INIT_STAGE = re.compile(r"commId (0x[0-9a-f]+)\b.* - Init (START|COMPLETE)")
+# The rank inside that line ("rank %d nranks %d"): ranks of one process share no prefix when a
+# launcher strips NCCL's host:pid:tid (`[3] NCCL INFO ...`).
+_INIT_RANK = re.compile(r"\brank (\d+) nranks \d+")
+# init.cc, every release: "comm %p rank %d nranks %d ... - Init COMPLETE"; what says the run got past
+# its start-up without that line (pasted excerpts): its channels connected, or nccl-tests' results.
+_COMPLETE = re.compile(r" - Init COMPLETE|Connected all (?:rings|trees)|# Avg bus bandwidth|Avg bus bandwidth\s*:")
 # debug.cc's prefix: "%s:%d:%d [%d] " (host, pid, tid, cuda device).
 _WHO = re.compile(r"([^\s:\[\]|<>]+):(\d+):\d+ \[[^\]]*\]")
 # The wrapper's own line when NCCL's stalled start-up was seen (ncclwatch.stall_line).
 STALL = "hostnet-rdma: warning: NCCL start-up stalled: "
 # The wrapper's transport line (Transport.line), for a log without NCCL's INFO lines.
-_LINE = re.compile(r'hostnet-rdma: transport=("[^"]*"|\S+) hcas=(\S+) \(\d+[^)]*\) gdrdma=(\d+)/(\d+) channels')
+_LINE = re.compile(
+    r'hostnet-rdma: transport=("[^"]*"|\S+) hcas=(\S+) \(\d+[^)]*\) gdrdma=(\d+)/(\d+) channels(?: nodes=(\d+))?'
+)
 
 
 def _rank(line: str) -> str:
@@ -109,7 +130,8 @@ def unfinished(text: str) -> List[str]:
         m = INIT_STAGE.search(line)
         if not m:
             continue
-        key = f"{_rank(line)} {m.group(1)}".strip()
+        r = _INIT_RANK.search(line)
+        key = f"{_rank(line)} {m.group(1)}{' rank ' + r.group(1) if r else ''}".strip()
         if m.group(2) == "START":
             started[key] = None
         else:
@@ -193,7 +215,7 @@ _ROOT_CHECKED_IN = re.compile(r"Bootstrap Root : rank (\d+) of (\d+) ranks has a
 # (2.16-2.26), "%s: connect to %s failed : %s" / "returned %s, exceeded error retry count" (2.27+).
 _CONNECT = re.compile(r"[Cc]onnect to (?P<addr>\S+?)\s+(?:failed\s*:\s*|returned\s+)(?P<why>[^\r\n]+)")
 _NO_IFACE = re.compile(
-    r"Bootstrap : no socket interface found|NET/Socket : no interface found|NET/IB : No IP interface found"
+    r"Bootstrap ?: no socket interface found|NET/Socket ?: no interface found|NET/IB ?: No IP interface found"
 )
 _ADDR_FAMILY = re.compile(r"Unsupported address family|unsupported IP family|is neither AF_INET")
 # aws-ofi-nccl prints "NET/OFI " before its own words ("Couldn't open AV. RC: %d, ERROR: %s", "OFI
@@ -220,6 +242,8 @@ _CUDA = re.compile(
     r"Cuda failure '?(?P<what>[^'\r\n]+)'?|unhandled cuda error|CUDA error: (?P<what2>[^\r\n]+)|CUDA out of memory"
 )
 _PLUGIN_MISSING = re.compile(r"(?:NCCL_NET|network) '?([\w ]+?)'? (?:not found|could not be found)")
+# plugin/net.cc (2.24+): no network at all initialised, e.g. NCCL_NET=IB where no RDMA device is.
+_NO_NET = re.compile(r"Failed to initialize any NET plugin")
 
 MAX_LINE = 400  # of a quoted NCCL line
 # A line that may hold any of the above (most lines of a log hold none): one scan decides.
@@ -383,6 +407,10 @@ def problems(text: str) -> List[Problem]:
         if m:
             add("cuda-error", line, "a CUDA error, not the network: " + (m.group(0).strip()[:160]),
                 "the GPU and the program (memory, driver/CUDA versions); the network is not the cause", i)  # fmt: skip
+        if _NO_NET.search(line):
+            add("plugin-load", line, "NCCL could initialise no network: the one NCCL_NET names (or every one it "
+                "tried) failed, e.g. NCCL_NET=IB where the container sees no RDMA device", "NCCL_NET, the RDMA "
+                "devices in the container (/dev/infiniband) and the plugin library (NCCL_NET_PLUGIN)", i)  # fmt: skip
         m = _PLUGIN_MISSING.search(line)
         if m and "NCCL WARN" in line:
             add("plugin-load", line, "the network NCCL_NET asks for was not found: no network plugin of that name "
@@ -433,7 +461,19 @@ class Transport:
         # "comm … nRanks 16 nNodes 2 localRanks 8" (NCCL 2.19+, init.cc): the most nodes any
         # communicator of the log spans; 0 where no such line is there.
         self.nodes = max((int(n) for n in _NNODES.findall(text)), default=0)
-        self.sockets_chosen = bool(_SOCKETS_CHOSEN.search(text))
+        self.ib_tried = bool(_IB_TRIED.search(text)) or self.no_libibverbs
+        self.sockets_chosen = bool(_SOCKETS_CHOSEN.search(text)) or (
+            self.networks == ["Socket"] and bool(_NET_SETUP.search(text)) and not self.ib_tried
+        )
+        # The hosts that printed NCCL's lines (its prefix "%s:%d:%d [%d]": host, pid, tid, device).
+        self.hosts = sorted(set(m.group(1) for m in _WHO.finditer(text)))
+        gdr = [m.group(0).strip() for m in _GDR_SAID.finditer(text)]
+        self.gdr_enabled = any(g.startswith("GPU Direct RDMA Enabled") for g in gdr)
+        # NCCL's own words when the NIC cannot do GPUDirect (no peermem module, no DMA-BUF): not the topology's.
+        self.gdr_off = next((g for g in gdr if "Disabled" in g.split(" for ")[0] and "distance" not in g), "")
+        self.dmabuf = bool(_DMABUF.search(text))
+        # The run got past its start-up: NCCL's Init COMPLETE, its channels, or nccl-tests' results.
+        self.complete = bool(_COMPLETE.search(text)) or bool(net_channels) or local > 0
         retry = _RETRY_TEXT.search(text) or next(
             (m for m in _COMPLETION.finditer(text) if m.group("status") == str(RETRY_EXC)), None)  # fmt: skip
         self.retry = retry.group(0) if retry else ""
@@ -448,7 +488,8 @@ class Transport:
                 self.hcas = [] if said.group(2) == "-" else said.group(2).split(",")
                 self.ib_line = bool(self.hcas)
                 self.gdrdma, self.channels = int(said.group(3)), int(said.group(4))
-                self.ready = self.from_wrapper = True
+                self.nodes = int(said.group(5) or 0)  # the wrapper's line says it since NCCL printed nNodes
+                self.ready = self.from_wrapper = self.complete = True
 
     @staticmethod
     def _older(text: str) -> List[str]:
@@ -491,10 +532,15 @@ class Transport:
         return self.channels == 0 and self.local_channels > 0 and not self.from_wrapper
 
     @property
+    def node_count(self) -> str:
+        """How many nodes NCCL says its communicators span ("nNodes", 2.19+), else the hosts that printed."""
+        return str(self.nodes) if self.nodes else (f"{len(self.hosts)} host(s) seen" if self.hosts else "unknown")
+
+    @property
     def within_node(self) -> bool:
         """Every communicator so far within the node (NCCL says nNodes 1, or every channel is):
         NCCL names a network, Socket too, that carries none of the data."""
-        if self.channels or self.from_wrapper:
+        if self.channels or (self.from_wrapper and self.nodes != 1):
             return False
         return self.nodes == 1 or (self.nodes == 0 and self.local_channels > 0)
 
@@ -511,8 +557,9 @@ class Transport:
         name = self.network or "-"
         if " " in name:
             name = f'"{name}"'
+        nodes = f" nodes={self.nodes}" if self.nodes else ""  # within one node: requireRdma and verify let it be
         return (f"transport={name} hcas={','.join(self.hcas) or '-'} ({len(self.hcas)}{of}) "
-                f"gdrdma={self.gdrdma}/{self.channels} channels")  # fmt: skip
+                f"gdrdma={self.gdrdma}/{self.channels} channels{nodes}")  # fmt: skip
 
 
 # Lines the wrapper keeps from NCCL's debug files for this reader (the rest it only passes on).
@@ -526,4 +573,8 @@ def wanted(line: str) -> bool:
         or " nNodes " in line
         or "set by environment" in line
         or "libibverbs" in line
+        or "NET plugin" in line
+        or "GPU Direct RDMA" in line
+        or "DMA-BUF" in line
+        or " - Init " in line
     )
