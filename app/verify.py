@@ -122,7 +122,7 @@ def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = Tr
     report.verdict = _verdict(report, t, cause, bool(pending))
     if report.verdict.startswith("healthy-") and not t.complete and t.net_class not in (nccllog.TCPX, nccllog.UNKNOWN):
         # Healthy so far, and the log ends before any sign that NCCL's start-up completed (no Init COMPLETE,
-        # no channel): before 2.14 NCCL prints no Init START, so a hang and a cut log read alike. Never a pass.
+        # no channel): before 2.18 NCCL prints no Init START, so a hang and a cut log read alike. Never a pass.
         report.checks.append(Check("start-up", False, "NCCL chose its network and this log ends before its start-up "
                                    "completed (no Init COMPLETE, no channel line)", "give the whole log; if it is "
                                    "whole, a rank hangs in NCCL's start-up: a peer that never started, or a hop that "

@@ -29,10 +29,17 @@ BY_FILE = {r["file"]: r for r in ROWS}
 NOT_YET = ("startup-stall", "no-network")
 
 
+# Answers that come after a start-up that went well (a data-path error, GPUDirect judged on the channels):
+# a log cut after NCCL's Init COMPLETE and before them shows a healthy start, and reads as one. The limit of
+# any reader: those lines are not there yet.
+AFTER_START = ("retry-exceeded", "wc-error", "remote-error", "watchdog-timeout", "ib-async-event", "no-gdrdma")
+
+
 def allowed_for_a_cut(cut: str, whole: str) -> tuple[str, ...]:
     t = nccllog.Transport(cut)
     shown = ("socket-fallback",) if t.fallback and not t.sockets_chosen and not t.within_node else ()
-    return (whole, *NOT_YET, *shown)
+    started = (f"healthy-{t.net_class}",) if whole in AFTER_START and " - Init COMPLETE" in cut else ()
+    return (whole, *NOT_YET, *shown, *started)
 
 
 @cache
@@ -79,7 +86,7 @@ def test_a_log_cut_at_any_line_never_passes_a_failure_nor_names_another_cause(na
     for k, said in _cut_verdicts(name):
         allowed = allowed_for_a_cut("\n".join(lines[:k]), whole)
         assert said in allowed, f"{name} cut at line {k}: {said} (whole: {whole})"
-        if k < len(lines) and not whole.startswith("healthy-"):
+        if k < len(lines) and not whole.startswith("healthy-") and whole not in AFTER_START:
             assert not said.startswith("healthy-"), f"{name} cut at line {k} passes"
 
 

@@ -83,6 +83,8 @@ _NO_LIBIBVERBS = re.compile(
 _NO_PLUGIN = re.compile(r"NET/Plugin ?: (?:No plugin found|Could not find:? ?libnccl-net)")
 # param.cc / env: "%s set by environment to %s": sockets chosen by the user.
 _NNODES = re.compile(r" nRanks \d+ nNodes (\d+) ")
+# init.cc's Init lines, every release: "rank %d nranks %d": a communicator of one rank is within a node.
+_NRANKS = re.compile(r"\brank \d+ nranks (\d+)\b.* - Init (?:START|COMPLETE)")
 _SOCKETS_CHOSEN = re.compile(r"NCCL_IB_DISABLE set by environment to 1\b|NCCL_NET set by environment to Socket\b")
 # NCCL's own IB in the running: its lines ("NET/IB : Using", "No device found"), or libibverbs failing.
 _IB_TRIED = re.compile(r"NET/IB\b")
@@ -98,7 +100,7 @@ _GDR_SAID = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for [^\r\n]*")
 # init.cc (2.19+) "DMA-BUF is available on GPU device %d"; aws-ofi-nccl "Support for DMA-BUF registrations".
 _DMABUF = re.compile(r"DMA-BUF is available on GPU|Support for DMA-BUF registrations: true|DMA-BUF support", re.I)
 # init.cc: "ncclCommInitRank comm 0x... rank %d nranks %d cudaDev %d ... commId 0x%llx - Init START",
-# then "... - Init COMPLETE" (2.14+).
+# then "... - Init COMPLETE" (2.18+; Init COMPLETE alone in every release).
 INIT_STAGE = re.compile(r"commId (0x[0-9a-f]+)\b.* - Init (START|COMPLETE)")
 # The rank inside that line ("rank %d nranks %d"): ranks of one process share no prefix when a
 # launcher strips NCCL's host:pid:tid (`[3] NCCL INFO ...`).
@@ -458,9 +460,11 @@ class Transport:
         self.channels = len(net_channels)
         self.gdrdma = sum(1 for _, flags in net_channels if "/GDRDMA" in flags)
         self.local_channels = local
-        # "comm … nRanks 16 nNodes 2 localRanks 8" (NCCL 2.19+, init.cc): the most nodes any
+        # "comm … nRanks 16 nNodes 2 localRanks 8" (NCCL 2.20+, init.cc): the most nodes any
         # communicator of the log spans; 0 where no such line is there.
         self.nodes = max((int(n) for n in _NNODES.findall(text)), default=0)
+        if not self.nodes and set(_NRANKS.findall(text)) == {"1"}:
+            self.nodes = 1
         self.ib_tried = bool(_IB_TRIED.search(text)) or self.no_libibverbs
         self.sockets_chosen = bool(_SOCKETS_CHOSEN.search(text)) or (
             self.networks == ["Socket"] and bool(_NET_SETUP.search(text)) and not self.ib_tried
@@ -493,13 +497,12 @@ class Transport:
 
     @staticmethod
     def _older(text: str) -> List[str]:
-        """NCCL 2.4/2.5 before any channel: the net that initialised (IB's device line, else
-        Socket's when IB found none)."""
+        """NCCL 2.4/2.5 (no "Using network" line) before any channel: the net that initialised.
+        NCCL initialises its socket transport only once IB (and any plugin) did not: its device
+        line, with no IB device line, says Socket, IB disabled or failed alike."""
         if _IB_DEVICE.search("\n".join(_IB_USING.findall(text))):
             return ["IB"]
-        if re.search(r"NET/Socket\s*:\s*Using \[", text) and (
-            _IB_NO_DEVICE.search(text) or _NO_LIBIBVERBS.search(text)
-        ):
+        if re.search(r"NET/Socket\s*:\s*Using \[", text):
             return ["Socket"]
         return []
 
@@ -533,7 +536,7 @@ class Transport:
 
     @property
     def node_count(self) -> str:
-        """How many nodes NCCL says its communicators span ("nNodes", 2.19+), else the hosts that printed."""
+        """How many nodes NCCL says its communicators span ("nNodes", 2.20+), else the hosts that printed."""
         return str(self.nodes) if self.nodes else (f"{len(self.hosts)} host(s) seen" if self.hosts else "unknown")
 
     @property
