@@ -96,7 +96,7 @@ _NET_SETUP = re.compile(r"NET/Socket ?: Using \[|Initialized NET plugin Socket")
 # '%s' (no module[ or not supported by GPU])"; topo.cc (2.14+) "NET/%s : GPU Direct RDMA %s for HCA %d
 # '%s'" (the NIC's support: peermem or DMA-BUF); paths.cc "GPU Direct RDMA %s for GPU ... (distance %d
 # ...)" (the topology: the GPU too far from the NIC for NCCL_NET_GDR_LEVEL, not a driver matter).
-_GDR_SAID = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for [^\r\n]*")
+_GDR_SAID = re.compile(r"(?:NET/[\w ]+? ?: )?GPU Direct RDMA (Enabled|Disabled) for [^\r\n]*")
 # init.cc (2.19+) "DMA-BUF is available on GPU device %d"; aws-ofi-nccl "Support for DMA-BUF registrations".
 _DMABUF = re.compile(r"DMA-BUF is available on GPU|Support for DMA-BUF registrations: true|DMA-BUF support", re.I)
 # init.cc: "ncclCommInitRank comm 0x... rank %d nranks %d cudaDev %d ... commId 0x%llx - Init START",
@@ -217,7 +217,8 @@ _ROOT_CHECKED_IN = re.compile(r"Bootstrap Root : rank (\d+) of (\d+) ranks has a
 # (2.16-2.26), "%s: connect to %s failed : %s" / "returned %s, exceeded error retry count" (2.27+).
 _CONNECT = re.compile(r"[Cc]onnect to (?P<addr>\S+?)\s+(?:failed\s*:\s*|returned\s+)(?P<why>[^\r\n]+)")
 _NO_IFACE = re.compile(
-    r"Bootstrap ?: no socket interface found|NET/Socket ?: no interface found|NET/IB ?: No IP interface found"
+    r"Bootstrap ?: no socket interface found|NET/Socket ?: no interface found|NET/IB ?: No IP interface found|"
+    r"NET/Socket ?: No usable listening interface found|Net ?: No interface found in the same subnet"
 )
 _ADDR_FAMILY = re.compile(r"Unsupported address family|unsupported IP family|is neither AF_INET")
 # aws-ofi-nccl prints "NET/OFI " before its own words ("Couldn't open AV. RC: %d, ERROR: %s", "OFI
@@ -376,7 +377,8 @@ def problems(text: str) -> List[Problem]:
             cause, check = _connect(m.group("addr"), m.group("why"))
             add("bootstrap-failure", line, cause, check, i)
         if _NO_IFACE.search(line):
-            add("bootstrap-failure", line, "NCCL found no network interface to use for its bootstrap",
+            add("bootstrap-failure", line, "NCCL's start-up failed before it chose a network: it found no network "
+                "interface to use for its bootstrap",
                 "NCCL_SOCKET_IFNAME: it must name an interface of this (host-network) pod that has an address", i)  # fmt: skip
         elif _ADDR_FAMILY.search(line):
             add("bootstrap-failure", line, "an address NCCL was handed is neither IPv4 nor IPv6: a garbled NCCL "
@@ -472,7 +474,7 @@ class Transport:
         # The hosts that printed NCCL's lines (its prefix "%s:%d:%d [%d]": host, pid, tid, device).
         self.hosts = sorted(set(m.group(1) for m in _WHO.finditer(text)))
         gdr = [m.group(0).strip() for m in _GDR_SAID.finditer(text)]
-        self.gdr_enabled = any(g.startswith("GPU Direct RDMA Enabled") for g in gdr)
+        self.gdr_enabled = any("Enabled" in g.split(" for ")[0] for g in gdr)
         # NCCL's own words when the NIC cannot do GPUDirect (no peermem module, no DMA-BUF): not the topology's.
         self.gdr_off = next((g for g in gdr if "Disabled" in g.split(" for ")[0] and "distance" not in g), "")
         self.dmabuf = bool(_DMABUF.search(text))
