@@ -169,3 +169,34 @@ def test_require_rdma_keeps_a_network_it_does_not_know() -> None:
     )
     t = nccllog.Transport(log + "\nh:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1 - Init COMPLETE")
     assert t.net_class == nccllog.UNKNOWN and not t.socket_traffic
+
+
+def test_a_terminal_frame_around_the_lines_is_not_part_of_the_networks_name() -> None:
+    log = "│ h-0:1:1 [0] NCCL INFO Using network IB                      │\n│ h-0:1:1 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1  │"
+    t = nccllog.Transport(log)
+    assert t.network == "IB" and t.net_class == nccllog.VERBS
+    assert verify(log, expect_wrapper=False).verdict == "startup-stall"  # chosen, never completed
+
+
+def test_old_channel_lines_come_during_the_start_up_not_after_it() -> None:
+    """Before 2.12 NCCL printed its ring/channel connections inside the start-up ("Channel %02d :"
+    without "/%d"): a log that ends there has not shown Init COMPLETE. From 2.12 "Channel %02d/%d"
+    lines, and channels connected after an Init START, say the exchange went through."""
+    old = "\n".join([
+        "n:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+        "n:1:2 [0] NCCL INFO Using network IB",
+        "n:1:2 [0] NCCL INFO Channel 00 : 1[c7000] -> 0[87000] [receive] via NET/IB/0/GDRDMA",
+    ])  # fmt: skip
+    assert verify(old, expect_wrapper=False).verdict == "startup-stall"
+    assert verify(old + "\nn:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1 - Init COMPLETE",
+                  expect_wrapper=False).verdict == "healthy-verbs"  # fmt: skip
+    new = "\n".join([
+        "n:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB eth0:10.0.0.1<0>",
+        "n:1:2 [0] NCCL INFO Using network IB",
+        "n:1:2 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1 commId 0x9 - Init START",
+        "n:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+        "n:1:2 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA",
+    ])  # fmt: skip
+    report = verify(new, expect_wrapper=False)  # not a stall, and not a pass: the log ends before its answer
+    assert report.verdict == "startup-stall" and any("ends during the start-up" in n for n in report.notes)
+    assert verify(new.replace("/GDRDMA", ""), expect_wrapper=False).verdict == "no-gdrdma"  # what it shows

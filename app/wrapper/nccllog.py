@@ -63,7 +63,8 @@ CLASS_WORDS = {
 
 # ------------------------------------------------------------------------------ line patterns
 # init.cc (2.6+): "Using network %s" with the net's name, which may hold a space ("AWS Libfabric").
-_USING_NETWORK = re.compile(r"NCCL INFO Using network ([^\r\n]*?)[ \t]*$", re.M)
+# A terminal's frame ("│ ... │") or trailing blanks after the name are not part of it.
+_USING_NETWORK = re.compile(r"NCCL INFO Using network ([^\r\n│┃|]*?)[ \t]*(?:[│┃|][ \t]*)?$", re.M)
 # transport/net.cc: "via NET/%s/%d%s%s" (name, device; "(%d)" the proxy rank of PXN since 2.12;
 # "/GDRDMA", "/Shared"), in "Ring %02d : ..." lines (2.4-2.6) and "Channel %02d[/%d] : ..." lines.
 _VIA = re.compile(
@@ -107,6 +108,9 @@ INIT_STAGE = re.compile(r"commId (0x[0-9a-f]+)\b.* - Init (START|COMPLETE)")
 _INIT_RANK = re.compile(r"\brank (\d+) nranks \d+")
 # init.cc, every release: "comm %p rank %d nranks %d ... - Init COMPLETE"; what says the run got past
 # its start-up without that line (pasted excerpts): its channels connected, or nccl-tests' results.
+# "Channel %02d/%d : ..." (2.12+; from 2.19 connected after Init COMPLETE, at the first collective): a run
+# past its start-up. The older "Ring %02d :" / "Channel %02d :" lines come during it: not a sign of its end.
+_LATE_CHANNEL = re.compile(r"Channel \d+/\d+ : [^\r\n]*via ")
 _COMPLETE = re.compile(r" - Init COMPLETE|Connected all (?:rings|trees)|# Avg bus bandwidth|Avg bus bandwidth\s*:")
 # debug.cc's prefix: "%s:%d:%d [%d] " (host, pid, tid, cuda device).
 _WHO = re.compile(r"([^\s:\[\]|<>]+):(\d+):\d+ \[[^\]]*\]")
@@ -479,7 +483,7 @@ class Transport:
         self.gdr_off = next((g for g in gdr if "Disabled" in g.split(" for ")[0] and "distance" not in g), "")
         self.dmabuf = bool(_DMABUF.search(text))
         # The run got past its start-up: NCCL's Init COMPLETE, its channels, or nccl-tests' results.
-        self.complete = bool(_COMPLETE.search(text)) or bool(net_channels) or local > 0
+        self.complete = bool(_COMPLETE.search(text)) or bool(_LATE_CHANNEL.search(text))
         retry = _RETRY_TEXT.search(text) or next(
             (m for m in _COMPLETION.finditer(text) if m.group("status") == str(RETRY_EXC)), None)  # fmt: skip
         self.retry = retry.group(0) if retry else ""
