@@ -199,7 +199,7 @@ TITLES = {
     "libibverbs-missing": "libibverbs", "bootstrap-failure": "bootstrap", "ofi-error": "libfabric (EFA)",
     "ib-async-event": "RDMA device event", "ibv-call-failed": "verbs call", "retry-exceeded": "data path",
     "wc-error": "RDMA completion", "remote-error": "remote rank", "watchdog-timeout": "collective timeout",
-    "cuda-error": "CUDA", "plugin-load": "network plugin", "invalid-usage": "NCCL call",
+    "cuda-error": "CUDA", "plugin-load": "network plugin", "invalid-usage": "NCCL call", "nccl-error": "NCCL error",
 }  # fmt: skip
 
 # net_ib.cc's completion error, in its seven shapes (2.4: "with error %d, opcode %d, len %d, vendor err
@@ -399,9 +399,19 @@ def problems(text: str) -> List[Problem]:
             cause, check = _connect("the peer", m.group("why"))
             add("bootstrap-failure", line, cause, check, i)
         if _INVALID.search(line):
-            add("invalid-usage", line, "the program called NCCL with an invalid argument or in an invalid order: "
-                "not the network", "the program's collective calls (root, counts, one communicator used by two "
-                "threads) against NCCL's WARN line", i)  # fmt: skip
+            # PyTorch's summary of NCCL's return code ("NCCL error in: ..., invalid usage", "ncclInvalidUsage:
+            # This usually reflects ...") names no cause of its own: NCCL returns that code for a missing
+            # network or a failed bootstrap too, and its WARN line, which a launcher's tee may print after
+            # the summary, says which. NCCL's own WARN ("%s : invalid root %d") is the cause.
+            if "NCCL WARN" in line:
+                add("invalid-usage", line, "the program called NCCL with an invalid argument or in an invalid order: "
+                    "not the network", "the program's collective calls (root, counts, one communicator used by two "
+                    "threads) against NCCL's WARN line", i)  # fmt: skip
+            else:
+                add("nccl-error", line, "NCCL returned an error code (invalid usage) that PyTorch reports without its "
+                    "cause: NCCL's own WARN line names it (a missing network, a failed bootstrap, a wrong call)",
+                    "NCCL's WARN lines of this rank (NCCL_DEBUG=WARN or INFO); if none, the program's collective calls",
+                    i, primary=False)  # fmt: skip
         if _REMOTE.search(line):
             add("remote-error", line, "another rank failed or lost its connection first (ncclRemoteError)",
                 "that rank's own log names the cause", i, primary=False)  # fmt: skip

@@ -3,6 +3,7 @@ under every debug setting, as two namespace "nodes" behind a bridge
 (../shared/recipes/gpu-mtu-blackhole/: iproute2 and ethtool carried as Debian packages).
 
     python3 scripts/device/nccl-matrix.py KIT_DIR OUT_DIR   # KIT_DIR/debs/*.deb
+    MATRIX_LAUNCHERS=torchrun MATRIX_DEBUG=info,warn python3 scripts/device/nccl-matrix.py KIT_DIR OUT_DIR
 
 Each run is one small program per rank (init, one all-reduce of 4 MiB, end) with its own env;
 both ranks share the one GPU and are two hosts to NCCL (NCCL_HOSTID, their own netns and host
@@ -151,7 +152,15 @@ def kill(pids: list[int]) -> None:
             os.killpg(pid, 9)
 
 
-def one(run: str, scenario: str, debug: str, port: int, out: Path, versions: dict[str, str]) -> list[dict[str, object]]:
+# How each rank is started: the program itself (python3 -c), or torchrun with --tee 3 (its own
+# rendezvous, every worker line prefixed "[default0]:"), as users' pods run it.
+LAUNCHERS = ("python", "torchrun")
+PROGRAM = Path("/tmp/matrix-prog.py")
+
+
+def one(
+    run: str, scenario: str, debug: str, port: int, out: Path, versions: dict[str, str], launcher: str = "python"
+) -> list[dict[str, object]]:
     ranks, extra, mtu, limit = SCENARIOS[scenario]
     env_common = {"PATH": os.environ["PATH"], "HOME": "/root", "MASTER_ADDR": "192.0.2.10", "MASTER_PORT": str(port),
                   "WORLD_SIZE": str(ranks), "TORCH_DIST_INIT_BARRIER": "0", "PYTHONUNBUFFERED": "1",
@@ -164,6 +173,9 @@ def one(run: str, scenario: str, debug: str, port: int, out: Path, versions: dic
     for i in range(ranks):
         env = {**env_common, **settings, "RANK": str(i), "LOCAL_RANK": "0", "NCCL_HOSTID": f"node-{i}"}
         script = f'hostname node-{i} && exec python3 -c "$MATRIX_PROGRAM"'
+        if launcher == "torchrun":
+            script = (f"hostname node-{i} && exec python3 -m torch.distributed.run --nnodes {ranks} --nproc-per-node 1 "
+                      f"--node-rank {i} --master-addr 192.0.2.10 --master-port {port} --tee 3 {PROGRAM}")  # fmt: skip
         env["MATRIX_PROGRAM"] = RANK_PROGRAM
         log = out / f"{run}--rank{i}.log"
         logs.append(log)
@@ -195,6 +207,7 @@ def one(run: str, scenario: str, debug: str, port: int, out: Path, versions: dic
             log.write_text(text)
             captured = "NCCL_DEBUG_FILE"
         rows.append({"file": log.name, "scenario": scenario, "debug": debug, "rank": i, "ranks": ranks,
+                     "launcher": launcher,
                      "fabric_mtu": mtu, "env": made, "captured": captured, "ended": ended,
                      "seconds": round(time.monotonic() - t0, 1), "expected": expected(scenario, debug, i),
                      **versions})  # fmt: skip
@@ -204,7 +217,11 @@ def one(run: str, scenario: str, debug: str, port: int, out: Path, versions: dic
 
 def main() -> None:
     kit, out = Path(sys.argv[1]), Path(sys.argv[2])
-    only = sys.argv[3].split(",") if len(sys.argv) > 3 else None
+    # MATRIX_ONLY, MATRIX_DEBUG, MATRIX_LAUNCHERS (comma lists) narrow the matrix; all by default.
+    only = [x for x in os.environ.get("MATRIX_ONLY", "").split(",") if x] or list(SCENARIOS)
+    debugs = [x for x in os.environ.get("MATRIX_DEBUG", "").split(",") if x] or list(DEBUG)
+    launchers = [x for x in os.environ.get("MATRIX_LAUNCHERS", "").split(",") if x] or ["python"]
+    PROGRAM.write_text(RANK_PROGRAM)
     logs = Path("/tmp/matrix-logs")
     logs.mkdir(exist_ok=True)
     Path("/tmp/matrix-files").mkdir(exist_ok=True)
@@ -225,11 +242,13 @@ def main() -> None:
             jobs = []
             with ThreadPoolExecutor(max_workers=8) as pool:
                 for scenario, (_, _, want_mtu, _) in SCENARIOS.items():
-                    if want_mtu != mtu or (only and scenario not in only):
+                    if want_mtu != mtu or scenario not in only:
                         continue
-                    for debug in DEBUG:
-                        port += 1
-                        jobs.append(pool.submit(one, f"{scenario}--{debug}", scenario, debug, port, logs, versions))
+                    for debug in debugs:
+                        for launcher in launchers:
+                            port += 1
+                            run = f"{scenario}--{debug}" + ("" if launcher == "python" else f"--{launcher}")
+                            jobs.append(pool.submit(one, run, scenario, debug, port, logs, versions, launcher))
                 for job in jobs:
                     rows += job.result()
     finally:
