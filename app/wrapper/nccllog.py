@@ -10,7 +10,13 @@ src/transport/net_ib*.cc, src/transport/net_socket.cc, src/bootstrap.cc, src/mis
 src/misc/ibvwrap.cc, src/debug.cc), the names the network plugins give themselves
 (nccl-rdma-sharp-plugins, aws-ofi-nccl, GKE's GPUDirect-TCPX/TCPXO and gIB plugins), rdma-core's
 `ibv_wc_status` numbers and PyTorch's ProcessGroupNCCL watchdog. docs/troubleshooting.md's
-"Reading NCCL's log" lists the sources; tests/nccl-corpus/ holds the public logs it is held to.
+"Reading NCCL's log" lists the sources; tests/nccl-corpus/ holds the public logs it is held to,
+tests/nccl-matrix/ real runs made for it, tests/nccl-formats/ NCCL's formats at every minor release.
+
+The model of a run (Transport): the networks NCCL named and their kind, the nodes (nNodes, or a
+communicator of one rank), the hosts that printed, the channels (network or within the node, with
+GDRDMA), GPUDirect as NCCL reports it (Enabled/Disabled in its words, DMA-BUF), whether IB was
+tried (sockets asked for, or fallen back to), whether the start-up completed; and the errors.
 
 A line's prefix varies with where it was captured (mpirun's `[1,0]<stdout>:`, timestamps,
 `[rank0]:`), so every pattern is searched anywhere in its line. Standard library only,
