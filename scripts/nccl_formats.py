@@ -2,6 +2,7 @@
 2.4 to the newest (its newest patch tag), read from NCCL's source:
 
     python3 scripts/nccl_formats.py NCCL_GIT_DIR > tests/nccl-formats/formats.tsv
+    python3 scripts/nccl_formats.py --aws-ofi-nccl AWS_OFI_NCCL_GIT_DIR > tests/nccl-formats/aws-ofi-nccl.tsv
 
 NCCL_GIT_DIR is a clone (or bare mirror) of github.com/NVIDIA/nccl with its tags. For each tag,
 every INFO(...)/WARN(...) call under src/ whose format matches one of KEYS below: one row with the
@@ -47,11 +48,27 @@ KEYS: dict[str, str] = {
     "env-set": r"^%s set by environment to %",
 }
 _CALL = re.compile(r"\b(INFO|WARN)\(")
+# aws-ofi-nccl logs through NCCL's logger with its own macros, "NET/OFI " before each format
+# (include/nccl_ofi_log.h): every WARN it prints, and its INFO lines of DMA-BUF and the provider.
+_OFI_CALL = re.compile(r"\bNCCL_OFI_(INFO|WARN)\(")
+OFI_KEYS: dict[str, str] = {"ofi-dmabuf": r"DMA-?BUF|dmabuf", "ofi-provider": r"[Pp]rovider", "ofi-gdr": r"GDR|GPUDirect"}
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
 def git(repo: str, *args: str) -> str:
     return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, check=True).stdout
+
+
+def ofi_tags(repo: str) -> list[str]:
+    """aws-ofi-nccl's newest tag of each minor from 1.5 (v1.M.P[-aws])."""
+    newest: dict[int, tuple[int, str]] = {}
+    for tag in git(repo, "tag").split():
+        m = re.fullmatch(r"v1\.(\d+)\.(\d+)(?:-aws)?", tag)
+        if m and int(m.group(1)) >= 5:
+            minor, patch = int(m.group(1)), int(m.group(2))
+            if minor not in newest or newest[minor][0] <= patch:
+                newest[minor] = (patch, tag)
+    return [newest[k][1] for k in sorted(newest)]
 
 
 def release_tags(repo: str) -> list[str]:
@@ -151,9 +168,10 @@ def fmt_of(expr: str) -> str:
     return "".join(parts).replace("\\n", "").replace("\\t", " ")
 
 
-def rows(repo: str, tag: str) -> list[tuple[str, str, str, str, str, str]]:
+def rows(repo: str, tag: str, ofi: bool = False) -> list[tuple[str, str, str, str, str, str]]:
     out = []
-    grep = subprocess.run(["git", "-C", repo, "grep", "-n", "-E", r"\b(INFO|WARN)\(", tag, "--", "src"],
+    call_re, where = (_OFI_CALL, ["src", "include"]) if ofi else (_CALL, ["src"])
+    grep = subprocess.run(["git", "-C", repo, "grep", "-n", "-E", call_re.pattern, tag, "--", *where],
                           capture_output=True, text=True).stdout  # fmt: skip
     for hit in grep.splitlines():
         _, path, line_no, _ = hit.split(":", 3)
@@ -161,11 +179,11 @@ def rows(repo: str, tag: str) -> list[tuple[str, str, str, str, str, str]]:
             continue
         lines = source(repo, tag, path)
         n = int(line_no) - 1
-        m = _CALL.search(lines[n])
-        if not m:
+        m = call_re.search(lines[n])
+        if not m or "#define" in lines[n]:
             continue
         call = call_at(lines, n, m.start())
-        inner = call[len(m.group(1)) + 1 : -1]
+        inner = call[call.index("(") + 1 : -1]
         args = split_args(inner)
         if m.group(1) == "INFO":
             if len(args) < 2:
@@ -177,6 +195,12 @@ def rows(repo: str, tag: str) -> list[tuple[str, str, str, str, str, str]]:
             fmt, rest = fmt_of(args[0]), args[1:]
         if '"' not in inner:
             continue
+        if ofi:
+            fmt = "NET/OFI " + fmt
+            key = "ofi-warn" if m.group(1) == "WARN" else next((k for k, p in OFI_KEYS.items() if re.search(p, fmt)), "")
+            if key:
+                out.append((tag, key, m.group(1), f"{path}:{line_no}", fmt, " | ".join(a.replace("\t", " ") for a in rest)))
+            continue
         for key, pattern in KEYS.items():
             if re.search(pattern, fmt):
                 out.append(
@@ -187,10 +211,11 @@ def rows(repo: str, tag: str) -> list[tuple[str, str, str, str, str, str]]:
 
 
 def main() -> None:
-    repo = sys.argv[1]
+    ofi = sys.argv[1] == "--aws-ofi-nccl"
+    repo = sys.argv[-1]
     print("tag\tkey\tlevel\tsource\tformat\targs")
-    for tag in release_tags(repo):
-        for row in sorted(set(rows(repo, tag)), key=lambda r: (r[1], r[3])):
+    for tag in ofi_tags(repo) if ofi else release_tags(repo):
+        for row in sorted(set(rows(repo, tag, ofi)), key=lambda r: (r[1], r[3])):
             print("\t".join(row))
 
 

@@ -6,6 +6,7 @@ the real runs of tests/nccl-matrix/ on the release they share (2.28.9)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -15,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.verify import verify
+from app.wrapper import nccllog
 from tests.nccl_launchers import PREFIXES, reemit
-from tests.nccl_render import _CONV, FORMATS, RELEASES, SCENARIOS, render, rendered
+from tests.nccl_render import _CONV, FORMATS, RELEASES, SCENARIOS, printf, render, rendered
 from tests.test_nccl_matrix import AFTER_START, allowed_for_a_cut
 
 MATRIX = Path(__file__).parent / "nccl-matrix"
@@ -152,3 +154,24 @@ def test_every_release_through_every_prefix(case: tuple[str, str, str, bool]) ->
 @given(rendered_and_reemitted())
 def test_every_release_through_every_prefix_many(case: tuple[str, str, str, bool]) -> None:
     _check(case)
+
+
+OFI_TABLE = Path(__file__).parent / "nccl-formats" / "aws-ofi-nccl.tsv"
+
+
+def test_every_warning_aws_ofi_nccl_prints_is_named_at_every_release() -> None:
+    """aws-ofi-nccl's NCCL_OFI_WARN formats, v1.5 to v1.21 (its source at each minor's newest tag):
+    each one, rendered as NCCL's logger prints it, is named as the EFA/libfabric plugin's error;
+    within one node it is a note, never the run's failure."""
+    with OFI_TABLE.open() as f:
+        rows = [r for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if r["key"] == "ofi-warn"]
+    tags = {r["tag"] for r in rows}
+    assert len(tags) >= 17 and "v1.5.0-aws" in tags and len({r["format"] for r in rows}) >= 600
+    run = {"rank": 0, "nranks": 2, "nodes": 2, "addr": "10.0.0.1", "ifname": "eth0", "net": "Libfabric", "comm_id": 1}
+    one_node = "\n".join(rendered(SHARED, "one-node-2gpu-p2p").splitlines())
+    for r in rows:
+        msg = printf(r["format"], r["args"].split(" | ") if r["args"] else [], run)
+        line = f"h:1:1 [0] {r['source'].rsplit('/', 1)[-1]} NCCL WARN {msg}"
+        assert "ofi-error" in {p.kind for p in nccllog.problems(line)}, (r["tag"], r["source"], msg)
+    report = verify(one_node + "\n" + line, expect_wrapper=False)
+    assert report.verdict == "healthy-single-node" and report.ok, report.table()

@@ -234,8 +234,11 @@ _ADDR_FAMILY = re.compile(r"Unsupported address family|unsupported IP family|is 
 # aws-ofi-nccl prints "NET/OFI " before its own words ("Couldn't open AV. RC: %d, ERROR: %s", "OFI
 # fi_getinfo() call failed", "Unable to find a protocol that worked", "Unexpected number of remote
 # rails"); libfabric's own log says "fi_getinfo: provider efa output empty list" (no EFA device).
+# Every WARN the plugin prints is one (its NCCL_OFI_WARN macro, 677 formats in v1.5-v1.21:
+# tests/nccl-formats/aws-ofi-nccl.tsv); an INFO line only with the words of a failure.
 _OFI = re.compile(
-    r"NET/OFI\b[^\r\n]*?(?P<what>(?:Couldn't|Unable|Unexpected|Failed|failed|error|Error)[^\r\n]*)"
+    r"NCCL WARN NET/OFI (?P<warn>[^\r\n]+)"
+    r"|NET/OFI\b[^\r\n]*?(?P<what>(?:Couldn't|Unable|Unexpected|Failed|failed|error|Error)[^\r\n]*)"
     r"|fi_getinfo: provider efa output empty list"
 )
 # ncclRemoteError (2.13+), and the socket transport's "Connection closed by remote peer %s" / "Call to
@@ -396,7 +399,7 @@ def problems(text: str) -> List[Problem]:
                 "NCCL_SOCKET_IFNAME", i)  # fmt: skip
         m = _OFI.search(line)
         if m:
-            what = m.group("what") or m.group(0)
+            what = m.group("warn") or m.group("what") or m.group(0)
             add("ofi-error", line, f"the EFA/libfabric plugin failed: {what.strip()[:160]}",
                 "the EFA devices in the container (the vpc.amazonaws.com/efa resource, /dev/infiniband/uverbs*) and "
                 "that the image's libfabric and aws-ofi-nccl match (fi_info -p efa in the container)", i)  # fmt: skip
