@@ -210,6 +210,11 @@ def _transport(report: Report, t: nccllog.Transport, said: str) -> None:
             hint += ("; and no network plugin was loaded: if these NICs need one (EFA's aws-ofi-nccl, the SHARP "
                      "plugin), NCCL did not find its library (NCCL_NET_PLUGIN, LD_LIBRARY_PATH)")  # fmt: skip
         report.checks.append(Check("transport", False, detail, hint, SOCKETS))
+        if not t.nodes and not t.channels:
+            # Sockets matter only between nodes, and nothing here says this run spans several.
+            report.notes.append(f"this log does not say how many nodes the run spans (NCCL prints nNodes from 2.20; "
+                                f"here: {t.node_count}): within one node the network carries nothing and this is "
+                                "harmless")  # fmt: skip
         return
     if kind == nccllog.UNKNOWN:
         report.checks.append(Check("transport", True, detail, ""))

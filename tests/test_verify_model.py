@@ -200,3 +200,14 @@ def test_old_channel_lines_come_during_the_start_up_not_after_it() -> None:
     report = verify(new, expect_wrapper=False)  # not a stall, and not a pass: the log ends before its answer
     assert report.verdict == "startup-stall" and any("ends during the start-up" in n for n in report.notes)
     assert verify(new.replace("/GDRDMA", ""), expect_wrapper=False).verdict == "no-gdrdma"  # what it shows
+
+
+def test_a_fallback_in_a_log_that_does_not_say_its_nodes_says_so() -> None:
+    """Before 2.20 NCCL prints no nNodes: a fallback in a start-up excerpt may be a run within one
+    node, where it is harmless; verify says what the log shows and that it cannot tell."""
+    text = (MATRIX / "two-nodes-default--info--rank0.log").read_text()
+    lines = [x for x in text.splitlines() if " nNodes " not in x and " - Init " not in x and " via " not in x]
+    report = verify("\n".join(lines), expect_wrapper=False)
+    assert report.verdict == "socket-fallback"
+    assert any("does not say how many nodes" in n and "1 host(s) seen" in n for n in report.notes), report.notes
+    assert not any("how many nodes" in n for n in verify(text, expect_wrapper=False).notes)  # nNodes 2: it says
