@@ -51,7 +51,11 @@ _CALL = re.compile(r"\b(INFO|WARN)\(")
 # aws-ofi-nccl logs through NCCL's logger with its own macros, "NET/OFI " before each format
 # (include/nccl_ofi_log.h): every WARN it prints, and its INFO lines of DMA-BUF and the provider.
 _OFI_CALL = re.compile(r"\bNCCL_OFI_(INFO|WARN)\(")
-OFI_KEYS: dict[str, str] = {"ofi-dmabuf": r"DMA-?BUF|dmabuf", "ofi-provider": r"[Pp]rovider", "ofi-gdr": r"GDR|GPUDirect"}
+OFI_KEYS: dict[str, str] = {
+    "ofi-dmabuf": r"DMA-?BUF|dmabuf",
+    "ofi-provider": r"[Pp]rovider",
+    "ofi-gdr": r"GDR|GPUDirect",
+}
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
@@ -197,9 +201,13 @@ def rows(repo: str, tag: str, ofi: bool = False) -> list[tuple[str, str, str, st
             continue
         if ofi:
             fmt = "NET/OFI " + fmt
-            key = "ofi-warn" if m.group(1) == "WARN" else next((k for k, p in OFI_KEYS.items() if re.search(p, fmt)), "")
+            key = (
+                "ofi-warn" if m.group(1) == "WARN" else next((k for k, p in OFI_KEYS.items() if re.search(p, fmt)), "")
+            )
             if key:
-                out.append((tag, key, m.group(1), f"{path}:{line_no}", fmt, " | ".join(a.replace("\t", " ") for a in rest)))
+                out.append(
+                    (tag, key, m.group(1), f"{path}:{line_no}", fmt, " | ".join(a.replace("\t", " ") for a in rest))
+                )
             continue
         for key, pattern in KEYS.items():
             if re.search(pattern, fmt):
