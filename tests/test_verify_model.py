@@ -211,3 +211,19 @@ def test_a_fallback_in_a_log_that_does_not_say_its_nodes_says_so() -> None:
     assert report.verdict == "socket-fallback"
     assert any("does not say how many nodes" in n and "1 host(s) seen" in n for n in report.notes), report.notes
     assert not any("how many nodes" in n for n in verify(text, expect_wrapper=False).notes)  # nNodes 2: it says
+
+
+def test_sockets_on_loopback_only_never_leave_the_host() -> None:
+    """NCCL_SOCKET_IFNAME=lo: every interface NCCL's sockets use is loopback, so nothing crosses a
+    network and no fallback is blamed (a run across nodes that way fails at its bootstrap instead)."""
+    log = "\n".join([
+        "h:1:1 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>",
+        "h:1:2 [0] NCCL INFO NET/IB : No device found.",
+        "h:1:2 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>",
+        "h:1:2 [0] NCCL INFO Using network Socket",
+        "h:1:3 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer localhost<56086>",
+    ])  # fmt: skip
+    report = verify(log, expect_wrapper=False)
+    assert nccllog.Transport(log).within_node and "fell back" not in report.table(), report.table()
+    assert report.verdict == "remote-error"
+    assert not nccllog.Transport(log.replace("[0]lo:127.0.0.1", "[0]eth0:10.0.0.1")).within_node

@@ -98,6 +98,8 @@ _IB_TRIED = re.compile(r"NET/IB\b")
 # NCCL set its networks up in this log (NET subsystem): the socket transport's device line, or the
 # plugin loader's (2.24+). Socket with no IB line here: IB was never tried (NCCL_IB_DISABLE=1, or
 # NCCL_NET=Socket), which NCCL says in words only under NCCL_DEBUG_SUBSYS=ENV.
+# net_socket.cc "NET/Socket : Using [0]lo:127.0.0.1<0> [1]...": the interfaces NCCL's sockets use.
+_SOCKET_IFACES = re.compile(r"NET/Socket ?: Using((?: \[\d+\]\S+)+)")
 _NET_SETUP = re.compile(r"NET/Socket ?: Using \[|Initialized NET plugin Socket")
 # GPUDirect RDMA as NCCL reports it: net_ib.cc (2.4-2.13) "NET/IB : GPU Direct RDMA Disabled for HCA %d
 # '%s' (no module[ or not supported by GPU])"; topo.cc (2.14+) "NET/%s : GPU Direct RDMA %s for HCA %d
@@ -496,6 +498,9 @@ class Transport:
         )
         # The hosts that printed NCCL's lines (its prefix "%s:%d:%d [%d]": host, pid, tid, device).
         self.hosts = sorted(set(m.group(1) for m in _WHO.finditer(text)))
+        # Every interface NCCL's sockets may use is loopback: nothing it sends can leave the host.
+        ifaces = [i for m in _SOCKET_IFACES.finditer(text) for i in m.group(1).split()]
+        self.loopback = bool(ifaces) and all(re.match(r"\[\d+\](?:lo\b|[^:]*:127\.|[^:]*:::1<)", i) for i in ifaces)
         gdr = [m.group(0).strip() for m in _GDR_SAID.finditer(text)]
         self.gdr_enabled = any("Enabled" in g.split(" for ")[0] for g in gdr)
         # NCCL's own words when the NIC cannot do GPUDirect (no peermem module, no DMA-BUF): not the topology's.
@@ -569,8 +574,8 @@ class Transport:
         """Every communicator so far within the node (NCCL says nNodes 1, or every channel is):
         NCCL names a network, Socket too, that carries none of the data."""
         if self.channels or (self.from_wrapper and self.nodes != 1):
-            return False
-        return self.nodes == 1 or (self.nodes == 0 and self.local_channels > 0)
+            return self.loopback and self.nodes <= 1 and self.networks == ["Socket"]
+        return self.loopback or self.nodes == 1 or (self.nodes == 0 and self.local_channels > 0)
 
     @property
     def socket_traffic(self) -> bool:
