@@ -3,6 +3,7 @@
 
     python3 scripts/nccl_formats.py NCCL_GIT_DIR > tests/nccl-formats/formats.tsv
     python3 scripts/nccl_formats.py --aws-ofi-nccl AWS_OFI_NCCL_GIT_DIR > tests/nccl-formats/aws-ofi-nccl.tsv
+    python3 scripts/nccl_formats.py --rccl RCCL_GIT_DIR > tests/nccl-formats/rccl.tsv   # ROCm's fork, same macros
 
 NCCL_GIT_DIR is a clone (or bare mirror) of github.com/NVIDIA/nccl with its tags. For each tag,
 every INFO(...)/WARN(...) call under src/ whose format matches one of KEYS below: one row with the
@@ -29,7 +30,7 @@ KEYS: dict[str, str] = {
     "net-none": r"^Failed to initialize any NET plugin",
     "ib-no-device": r"^NET/IB ?: No device found",
     "ib-using": r"^NET/IB ?: Using%s",
-    "ibverbs-open-failed": r"(?:Failed to open|Count not open) libibverbs",
+    "ibverbs-open-failed": r"(?:Failed to open|Count not open) libibverbs|^Count not open %s$",  # sic, 2.30
     "socket-using": r"^NET/Socket ?: Using%s",
     "socket-no-iface": r"^NET/Socket ?: no interface found",
     "using-network": r"^Using network %s",
@@ -72,6 +73,18 @@ def ofi_tags(repo: str) -> list[str]:
             minor, patch = int(m.group(1)), int(m.group(2))
             if minor not in newest or newest[minor][0] <= patch:
                 newest[minor] = (patch, tag)
+    return [newest[k][1] for k in sorted(newest)]
+
+
+def rccl_tags(repo: str) -> list[str]:
+    """RCCL's newest tag of each ROCm minor from 4.0 (rocm-M.m.p)."""
+    newest: dict[tuple[int, int], tuple[int, str]] = {}
+    for tag in git(repo, "tag").split():
+        m = re.fullmatch(r"rocm-(\d+)\.(\d+)\.(\d+)", tag)
+        if m and int(m.group(1)) >= 4:
+            key, patch = (int(m.group(1)), int(m.group(2))), int(m.group(3))
+            if key not in newest or newest[key][0] <= patch:
+                newest[key] = (patch, tag)
     return [newest[k][1] for k in sorted(newest)]
 
 
@@ -179,7 +192,7 @@ def rows(repo: str, tag: str, ofi: bool = False) -> list[tuple[str, str, str, st
                           capture_output=True, text=True).stdout  # fmt: skip
     for hit in grep.splitlines():
         _, path, line_no, _ = hit.split(":", 3)
-        if not path.endswith((".cc", ".h", ".cu", ".c")):
+        if not path.endswith((".cc", ".h", ".cu", ".c", ".cpp")):
             continue
         lines = source(repo, tag, path)
         n = int(line_no) - 1
@@ -222,7 +235,8 @@ def main() -> None:
     ofi = sys.argv[1] == "--aws-ofi-nccl"
     repo = sys.argv[-1]
     print("tag\tkey\tlevel\tsource\tformat\targs")
-    for tag in ofi_tags(repo) if ofi else release_tags(repo):
+    tags = ofi_tags(repo) if ofi else rccl_tags(repo) if sys.argv[1] == "--rccl" else release_tags(repo)
+    for tag in tags:
         for row in sorted(set(rows(repo, tag, ofi)), key=lambda r: (r[1], r[3])):
             print("\t".join(row))
 

@@ -17,9 +17,9 @@ from typing import Any
 TABLE = Path(__file__).parent / "nccl-formats" / "formats.tsv"
 
 
-def load() -> dict[str, dict[str, list[dict[str, str]]]]:
+def load(table: Path = TABLE) -> dict[str, dict[str, list[dict[str, str]]]]:
     out: dict[str, dict[str, list[dict[str, str]]]] = defaultdict(lambda: defaultdict(list))
-    with TABLE.open() as f:
+    with table.open() as f:
         for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
             out[row["tag"]][row["key"]].append(row)
     return out
@@ -27,6 +27,9 @@ def load() -> dict[str, dict[str, list[dict[str, str]]]]:
 
 FORMATS = load()
 RELEASES = sorted(FORMATS, key=lambda t: tuple(int(x) for x in re.findall(r"\d+", t)))
+# RCCL, ROCm's fork of NCCL, prints through the same macros: its releases render the same scenarios.
+RCCL = load(TABLE.parent / "rccl.tsv")
+RCCL_RELEASES = sorted(RCCL, key=lambda t: tuple(int(x) for x in re.findall(r"\d+", t)))
 _CONV = re.compile(r"%([-+ #0]*)(\d+|\*)?(?:\.(\d+))?(hh|h|ll|l|z|j|t)?([diouxXcspf%])")
 
 
@@ -47,6 +50,8 @@ def value(expr: str, conv: str, run: dict[str, Any]) -> Any:
         return "IBV_WC_SEND"
     if "status" in e:
         return run.get("status", 12)
+    if "ibVerbsLib" in e:
+        return "libibverbs.so"
     if "pluginNames" in e:
         return "NET"
     if "NameList" in e or "couldNotFindNames" in e:
@@ -79,7 +84,7 @@ def value(expr: str, conv: str, run: dict[str, Any]) -> Any:
         return run.get("peer", 1)
     if re.search(r"myInfo->rank|myrank|comm->rank|^rank$", e):
         return run["rank"]
-    if "commIdHash" in e or "commHash" in e:
+    if "commIdHash" in e or "commHash" in e or "commId" in e:
         return run["comm_id"]
     if "pluginLib" in e or "netPluginLibs" in e:
         return run.get("plugin", run["net"])
@@ -141,7 +146,7 @@ def render(tag: str, steps: list[tuple[str, dict[str, Any]]], run: dict[str, Any
     """One rank's lines, in NCCL's prefix "host:pid:tid [dev] NCCL INFO|WARN " (debug.cc; WARN with
     the source's file:line since 2.8)."""
     lines = []
-    table = FORMATS[tag]
+    table = FORMATS[tag] if tag in FORMATS else RCCL[tag]
     for key, extra in steps:
         rows = table.get(key)
         if not rows:
@@ -180,6 +185,8 @@ def _start(net: str, ib: str, plugin_line: str = "") -> list[tuple[str, dict[str
     steps.append(("net-plugin-none", {"names": plugin_line} if plugin_line else {}))
     if ib == "no-device":
         steps += [("ib-no-device", {}), ("net-plugin-init-failed", {"plugin": "IB"})]
+    elif ib == "no-libibverbs":
+        steps += [("ibverbs-open-failed", {}), ("net-plugin-init-failed", {"plugin": "IB"})]
     elif ib == "disabled":
         steps += [("net-plugin-init-failed", {"plugin": "IB"})]  # 2.24+: ncclIbInit returns an error
     elif ib == "device":
@@ -205,6 +212,10 @@ def scenarios() -> dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any
         "one-node-1gpu": (one, _start("Socket", "no-device") + _init(1) + done, "healthy-single-node"),
         "one-node-2gpu-p2p": (p2p, _start("Socket", "no-device") + _init(1) + done
                               + [("channel-p2p", {"channel": c}) for c in range(2)], "healthy-single-node"),
+        "one-node-p2p-no-libibverbs": (p2p, _start("Socket", "no-libibverbs") + _init(1) + done
+                                       + [("channel-p2p", {"channel": c}) for c in range(2)], "healthy-single-node"),
+        "two-nodes-no-libibverbs": (two, _start("Socket", "no-libibverbs") + _init(2) + done + _channels("Socket"),
+                                    "libibverbs-missing"),
         "two-nodes-sockets": (two, _start("Socket", "no-device") + _init(2) + done + _channels("Socket"),
                               "socket-fallback"),
         "ib-disabled": (two, _start("Socket", "disabled") + _init(2) + done + _channels("Socket"), "healthy-socket"),

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from app.verify import verify
 from app.wrapper import nccllog
 from tests.nccl_launchers import PREFIXES, reemit
-from tests.nccl_render import _CONV, FORMATS, RELEASES, SCENARIOS, printf, render, rendered
+from tests.nccl_render import _CONV, FORMATS, RCCL, RCCL_RELEASES, RELEASES, SCENARIOS, printf, render, rendered
 from tests.test_nccl_matrix import AFTER_START, allowed_for_a_cut
 
 MATRIX = Path(__file__).parent / "nccl-matrix"
@@ -175,3 +175,20 @@ def test_every_warning_aws_ofi_nccl_prints_is_named_at_every_release() -> None:
         assert "ofi-error" in {p.kind for p in nccllog.problems(line)}, (r["tag"], r["source"], msg)
     report = verify(one_node + "\n" + line, expect_wrapper=False)
     assert report.verdict == "healthy-single-node" and report.ok, report.table()
+
+
+RCCL_CASES = [(tag, sc) for tag in RCCL_RELEASES for sc in SCENARIOS]
+
+
+@pytest.mark.parametrize(("tag", "scenario"), RCCL_CASES)
+def test_rccl_reads_as_nccl_at_every_rocm_release(tag: str, scenario: str) -> None:
+    """RCCL (ROCm's NCCL, tests/nccl-formats/rccl.tsv: its source at the newest tag of each ROCm
+    minor 4.0 to 6.2) prints these lines through the same macros: the same scenarios read the same."""
+    want = SCENARIOS[scenario][2]
+    if scenario == "roce-dmabuf-no-gdr-channel" and "dmabuf" not in RCCL[tag]:
+        want = "no-gdrdma"
+    log = rendered(tag, scenario)
+    report = verify(log, expect_wrapper=False)
+    assert report.verdict == want, f"{tag} {scenario}: {report.verdict}\n{log}\n{report.table()}"
+    if scenario.startswith("one-node"):
+        assert report.ok and "libibverbs1" not in report.table()

@@ -24,8 +24,8 @@ MATRIX = Path(__file__).parent / "nccl-matrix"
 ROWS: list[dict[str, Any]] = [json.loads(line) for line in (MATRIX / "manifest.jsonl").read_text().splitlines()]
 BY_FILE = {r["file"]: r for r in ROWS}
 # What a log cut before its answer may say: that it is cut or stalled, or that it names no network
-# yet; or what the cut part already shows (NCCL fell back to sockets: the lines are there, whatever
-# comes next). Never healthy, never another failure's cause.
+# yet; or what the cut part already shows (NCCL fell back to sockets, or could not load libibverbs:
+# the lines are there, whatever comes next). Never healthy, never another failure's cause.
 NOT_YET = ("startup-stall", "no-network", "nccl-error")
 
 
@@ -37,7 +37,9 @@ AFTER_START = ("retry-exceeded", "wc-error", "remote-error", "watchdog-timeout",
 
 def allowed_for_a_cut(cut: str, whole: str) -> tuple[str, ...]:
     t = nccllog.Transport(cut)
-    shown = ("socket-fallback",) if t.fallback and not t.sockets_chosen and not t.within_node else ()
+    shown: tuple[str, ...] = ()
+    if not t.within_node and not t.sockets_chosen and (t.fallback or t.no_libibverbs):
+        shown = ("socket-fallback", "libibverbs-missing") if t.no_libibverbs else ("socket-fallback",)
     started = (f"healthy-{t.net_class}",) if whole in AFTER_START and " - Init COMPLETE" in cut else ()
     return (whole, *NOT_YET, *shown, *started)
 
