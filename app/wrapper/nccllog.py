@@ -252,7 +252,10 @@ _REMOTE = re.compile(
 # NCCL 2.2's bootstrap: "Call to connect failed : %s" (no address).
 _CONNECT_OLD = re.compile(r"Call to connect (?:failed\s*:\s*|returned\s+)(?P<why>[^\r\n,]+)")
 # The program called NCCL wrongly (argcheck.cc: "%s : invalid root %d ...", ncclInvalidArgument/Usage).
-_INVALID = re.compile(r"NCCL WARN [^\r\n]*: invalid \w+|ncclInvalid(?:Argument|Usage)|NCCL Error [45]: invalid")
+# init.cc: "Duplicate GPU detected : rank %d and rank %d both on CUDA device %lx".
+_INVALID = re.compile(
+    r"NCCL WARN [^\r\n]*: invalid \w+|ncclInvalid(?:Argument|Usage)|NCCL Error [45]: invalid|Duplicate GPU detected"
+)
 _WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: (?P<work>WorkNCCL\([^)]*\))?(?:[^\r\n]*?ran for (?P<ms>\d+) milliseconds)?"
 )
@@ -414,7 +417,11 @@ def problems(text: str) -> List[Problem]:
             # This usually reflects ...") names no cause of its own: NCCL returns that code for a missing
             # network or a failed bootstrap too, and its WARN line, which a launcher's tee may print after
             # the summary, says which. NCCL's own WARN ("%s : invalid root %d") is the cause.
-            if "NCCL WARN" in line:
+            if "Duplicate GPU detected" in line:
+                add("invalid-usage", line, "two ranks of one communicator on one GPU: not the network",
+                    "LOCAL_RANK and CUDA_VISIBLE_DEVICES on each rank (torch.cuda.set_device(LOCAL_RANK)), and "
+                    "--nproc-per-node against the GPUs the pod was given", i)  # fmt: skip
+            elif "NCCL WARN" in line:
                 add("invalid-usage", line, "the program called NCCL with an invalid argument or in an invalid order: "
                     "not the network", "the program's collective calls (root, counts, one communicator used by two "
                     "threads) against NCCL's WARN line", i)  # fmt: skip

@@ -55,6 +55,10 @@ SCENARIOS: dict[str, tuple[int, dict[str, str], int, int]] = {
     "bootstrap-ifname-missing": (2, {"NCCL_SOCKET_IFNAME": "nosuch0"}, 9000, 90),
     "peer-never-comes": (2, {"MATRIX_ABSENT": "1"}, 9000, 35),
     "mtu-blackhole": (2, {"NCCL_IB_DISABLE": "1"}, 1500, 45),
+    # Both ranks on one node and its one GPU (LOCAL_RANK wrong on every rank): NCCL refuses.
+    "duplicate-gpu": (2, {"MATRIX_SAME_NODE": "1"}, 9000, 60),
+    # Two nodes whose sockets NCCL_SOCKET_IFNAME pins to loopback: the root advertises 127.0.0.1.
+    "two-nodes-ifname-lo": (2, {"NCCL_SOCKET_IFNAME": "lo"}, 9000, 60),
 }
 DEBUG: dict[str, dict[str, str]] = {
     "info": {"NCCL_DEBUG": "INFO"},
@@ -81,6 +85,12 @@ def expected(scenario: str, debug: str, rank: int) -> str:
         return "bootstrap-failure" if rank == 0 else "no-network"  # rank 1 waited on rank 0's unique id
     if scenario == "peer-never-comes" and rank == 1:
         return "no-network"  # the absent rank: it never started NCCL
+    if scenario == "duplicate-gpu":
+        return "invalid-usage"  # WARN "Duplicate GPU detected"
+    if scenario == "two-nodes-ifname-lo" and rank == 1:
+        # It connects to the root's 127.0.0.1, its own loopback, which refuses: NCCL says so at INFO on
+        # each of its 34 retries; its WARN comes only after them (~60 s), past the run's bound.
+        return "no-network" if debug in ("warn", "info-env-graph") else "bootstrap-failure"
     if debug in ("warn", "info-env-graph"):
         return "no-network"
     if scenario in HEALTHY:
@@ -171,8 +181,9 @@ def one(
     procs, logs = [], []
     t0 = time.monotonic()
     for i in range(ranks):
-        env = {**env_common, **settings, "RANK": str(i), "LOCAL_RANK": "0", "NCCL_HOSTID": f"node-{i}"}
-        script = f'hostname node-{i} && exec python3 -c "$MATRIX_PROGRAM"'
+        node = 0 if extra.get("MATRIX_SAME_NODE") else i
+        env = {**env_common, **settings, "RANK": str(i), "LOCAL_RANK": "0", "NCCL_HOSTID": f"node-{node}"}
+        script = f'hostname node-{node} && exec python3 -c "$MATRIX_PROGRAM"'
         if launcher == "torchrun":
             script = (f"hostname node-{i} && exec python3 -m torch.distributed.run --nnodes {ranks} --nproc-per-node 1 "
                       f"--node-rank {i} --master-addr 192.0.2.10 --master-port {port} --tee 3 {PROGRAM}")  # fmt: skip
@@ -180,7 +191,7 @@ def one(
         log = out / f"{run}--rank{i}.log"
         logs.append(log)
         procs.append(subprocess.Popen(
-            ["nsenter", f"--net=/run/netns/hrn{i}", "unshare", "--uts", "--", "sh", "-c", script],
+            ["nsenter", f"--net=/run/netns/hrn{node}", "unshare", "--uts", "--", "sh", "-c", script],
             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True))  # fmt: skip
     ended = ""
     while True:
