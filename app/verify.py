@@ -65,9 +65,21 @@ def expected_devices(nccl_ib_hca: str | None) -> set[str] | None:
 def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = True) -> Report:
     report = Report()
     found = nccllog.problems(log)
-    cause = nccllog.first_cause(found)
     t = nccllog.Transport(log)  # NCCL's INFO lines, else the wrapper's transport line
+    if t.within_node and t.complete:
+        # A run within one node: a network plugin or NIC that failed to start carried nothing.
+        for p in [p for p in found if p.kind in _NETWORK_ONLY]:
+            found.remove(p)
+            report.notes.append(f"within one node, harmless: {p.title} ({p.line[:160]})")
+    cause = nccllog.first_cause(found)
     pending = nccllog.unfinished(log)
+    cut_in_startup = False
+    if pending and t.channels and not any(ln.startswith(nccllog.STALL) for ln in log.splitlines()):
+        # Channels connected over the network after Init START: the start-up exchange went through,
+        # and the log ends before NCCL's Init COMPLETE (a cut log), not "Init START and then nothing".
+        report.notes.append(f"{len(pending)} communicator(s) logged Init START and no Init COMPLETE, after "
+                            f"connecting {t.channels} network channel(s): the log ends during the start-up")  # fmt: skip
+        pending, cut_in_startup = [], True
     if pending:
         # NCCL's start-up never finished: what follows (transport, channels) was never decided.
         stalled = next((ln[len(nccllog.STALL) :] for ln in log.splitlines() if ln.startswith(nccllog.STALL)), "")
@@ -84,14 +96,20 @@ def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = Tr
     said = " (the wrapper's transport line)" if t.from_wrapper else ""
     if not t.network:
         _no_network(report, log, t, cause)
-    elif t.single_node:
-        report.checks.append(Check("transport", True, f"Using network {t.network}; every channel within the node "
-                                   f"({t.local_channels} P2P/SHM): no network traffic to judge"))  # fmt: skip
+    elif t.within_node:
+        where = (
+            f"NCCL says nNodes {t.nodes}" if t.nodes else f"every channel within the node ({t.local_channels} P2P/SHM)"
+        )
+        report.checks.append(Check("transport", True, f"Using network {t.network}; {where}: no network traffic to "
+                                   "judge"))  # fmt: skip
+    elif t.fallback and t.sockets_chosen:
+        _transport(report, t, said)  # sockets asked for: no RDMA device or GPUDirect to look for
     else:
         _transport(report, t, said)
         if t.net_class == nccllog.VERBS or t.fallback:
             _devices(report, t, expected)
-        _gdrdma(report, t)
+        if cause is None or not cause.primary:  # an error stopped the channels: GPUDirect is not the lead
+            _gdrdma(report, t)
     if expected is None and t.net_class == nccllog.VERBS and t.hcas:
         report.notes.append("the HCAs were not compared with a profile: give --profile or --hca (a live pod's own "
                             "NCCL_IB_HCA is used when it pins devices with '=')")  # fmt: skip
@@ -109,10 +127,22 @@ def verify(log: str, expected: set[str] | None = None, expect_wrapper: bool = Tr
             report.checks.append(Check("wrapper", True, f"launcher={launcher} backend={backend} is_host={is_host} "
                                        f"local_addr={local_addr} endpoint={endpoint}"))  # fmt: skip
     report.verdict = _verdict(report, t, cause, bool(pending))
+    if report.verdict.startswith("healthy-") and (
+        cut_in_startup or (not t.complete and t.net_class not in (nccllog.TCPX, nccllog.UNKNOWN))
+    ):
+        # Healthy so far, and the log ends before any sign that NCCL's start-up completed (no Init COMPLETE,
+        # no channel): before 2.18 NCCL prints no Init START, so a hang and a cut log read alike. Never a pass.
+        report.checks.append(Check("start-up", False, "NCCL chose its network and this log ends before its start-up "
+                                   "completed (no Init COMPLETE, no channel line)", "give the whole log; if it is "
+                                   "whole, a rank hangs in NCCL's start-up: a peer that never started, or a hop that "
+                                   "drops large frames (hostnet-rdma doctor --between NODE_A,NODE_B)", STALLED))  # fmt: skip
+        report.verdict = "startup-stall"
     return report
 
 
 _VERBS_ERRORS = ("retry-exceeded", "wc-error", "ibv-call-failed", "ib-async-event")
+# Errors of a network alone: within one node (nNodes 1, start-up complete) nothing crossed it.
+_NETWORK_ONLY = ("plugin-load", "libibverbs-missing", "ofi-error", "ibv-call-failed", "ib-async-event")
 
 
 def _no_network(report: Report, log: str, t: nccllog.Transport, cause: nccllog.Problem | None) -> None:
@@ -180,6 +210,11 @@ def _transport(report: Report, t: nccllog.Transport, said: str) -> None:
             hint += ("; and no network plugin was loaded: if these NICs need one (EFA's aws-ofi-nccl, the SHARP "
                      "plugin), NCCL did not find its library (NCCL_NET_PLUGIN, LD_LIBRARY_PATH)")  # fmt: skip
         report.checks.append(Check("transport", False, detail, hint, SOCKETS))
+        if not t.nodes and not t.channels:
+            # Sockets matter only between nodes, and nothing here says this run spans several.
+            report.notes.append(f"this log does not say how many nodes the run spans (NCCL prints nNodes from 2.20; "
+                                f"here: {t.node_count}): within one node the network carries nothing and this is "
+                                "harmless")  # fmt: skip
         return
     if kind == nccllog.UNKNOWN:
         report.checks.append(Check("transport", True, detail, ""))
@@ -192,8 +227,19 @@ def _transport(report: Report, t: nccllog.Transport, said: str) -> None:
 def _gdrdma(report: Report, t: nccllog.Transport) -> None:
     if t.net_class not in (nccllog.VERBS, nccllog.OFI, nccllog.SOCKET):
         return  # TCPX's GPU-direct path and unknown plugins: no GDRDMA flag to read
+    if t.gdr_off and t.rdma and not t.gdrdma:
+        # NCCL's own words: the NIC cannot reach GPU memory (no peermem module, no DMA-BUF).
+        report.checks.append(Check("gdrdma channels", False, f"NCCL said: {t.gdr_off}", _NO_GDR[t.net_class], SOCKETS))
+        return
     if t.channels == 0 and t.net_class != nccllog.SOCKET:
         report.notes.append("no NET channel line in this log: GPUDirect RDMA not judged")
+        return
+    if t.rdma and not t.gdrdma and (t.dmabuf or t.gdr_enabled):
+        # The NIC can reach GPU memory (DMA-BUF / GDR enabled) and NCCL chose not to: the PCI distance
+        # between GPU and NIC (NCCL_NET_GDR_LEVEL), not a missing driver.
+        report.notes.append(f"0 of {t.channels} NET channels use GDRDMA though NCCL reports GPUDirect RDMA available "
+                            f"({'DMA-BUF' if t.dmabuf else 'GPU Direct RDMA Enabled'}): NCCL kept it off for the PCI "
+                            "distance between GPU and NIC (NCCL_NET_GDR_LEVEL), not for a missing driver")  # fmt: skip
         return
     gdr = t.gdrdma
     report.checks.append(Check("gdrdma channels", gdr > 0, f"{gdr} of {t.channels} NET channels use GDRDMA",
@@ -238,7 +284,7 @@ def _verdict(report: Report, t: nccllog.Transport, cause: nccllog.Problem | None
     transport = checks.get("transport")
     if transport is None or (not t.network):
         return "libibverbs-missing" if t.no_libibverbs else "no-network"
-    if t.single_node:
+    if t.within_node:
         return "healthy-single-node"
     if t.fallback:
         if transport.ok:

@@ -85,7 +85,9 @@ def test_the_wrapper_never_stops_a_healthy_job(name: str) -> None:
     [
         ("good.log", "healthy-verbs"), ("socket-fallback.log", "socket-fallback"), ("no-gdrdma.log", "no-gdrdma"),
         ("too-few-devices.log", "wrong-devices"), ("retry-exceeded.log", "retry-exceeded"),
-        ("info-level-h200-socket.log", "socket-fallback"), ("warn-level-h200-socket.log", "socket-fallback"),
+        # One process (nranks 1, nNodes 1): within one node at INFO level; at WARN level the wrapper's line of
+        # then (no nodes=) does not say so.
+        ("info-level-h200-socket.log", "healthy-single-node"), ("warn-level-h200-socket.log", "socket-fallback"),
         ("nccl-stall-h200/seed-mtu1500-ddp-volcano-worker-0.log", "startup-stall"),
         ("nccl-stall-h200/seed-mtu9000-ddp-volcano-worker-0.log", "socket-fallback"),
     ],
@@ -213,5 +215,5 @@ def test_a_stall_is_tracked_per_rank_not_per_communicator() -> None:
     start = "{h}:{p}:{p} [0] NCCL INFO ncclCommInitRank comm 0x1 rank {r} nranks 2 cudaDev 0 nvmlDev 0 busId 1 commId 0xab - Init {s}"
     log = "\n".join([start.format(h="a", p=1, r=0, s="START"), start.format(h="b", p=2, r=1, s="START"),
                      start.format(h="a", p=1, r=0, s="COMPLETE")])  # fmt: skip
-    assert nccllog.unfinished(log) == ["b:2 0xab"]
+    assert nccllog.unfinished(log) == ["b:2 0xab rank 1"]
     assert verify(log, expect_wrapper=False).verdict == "startup-stall"

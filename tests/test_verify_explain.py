@@ -247,15 +247,23 @@ def test_a_retry_counter_exceeded_after_small_messages_passed_is_named_a_silent_
 
 
 def test_real_nccl_logs_at_warn_and_info_level_get_the_same_verdict() -> None:
-    """Both from NCCL 2.28.9 (torch 2.11) on an H200 without RDMA NICs, through the wrapper:
-    at INFO level NCCL's own lines; at WARN level only the wrapper's transport line says it."""
-    warn = verify((LOGS / "warn-level-h200-socket.log").read_text())
+    """Both from NCCL 2.28.9 (torch 2.11) on an H200 without RDMA NICs, through the wrapper, one
+    process (nranks 1): at INFO level NCCL's own lines say nNodes 1, a run within one node; at WARN
+    level only the wrapper's transport line speaks, and the wrapper's line of then did not give the
+    node count (it does now: nodes=1), so it reads as sockets."""
+    warn_text = (LOGS / "warn-level-h200-socket.log").read_text()
+    warn = verify(warn_text)
     info = verify((LOGS / "info-level-h200-socket.log").read_text())
-    assert [(c.name, c.ok) for c in warn.checks] == [(c.name, c.ok) for c in info.checks] == [
+    assert [(c.name, c.ok) for c in warn.checks] == [
         ("transport", False), ("ib devices", False), ("gdrdma channels", False), ("wrapper", True)
     ]  # fmt: skip
     assert warn.checks[0].detail == "Using network Socket (the wrapper's transport line)"
-    assert info.checks[0].detail == "Using network Socket"
+    assert [(c.name, c.ok) for c in info.checks] == [("transport", True), ("wrapper", True)]
+    assert info.checks[0].detail == "Using network Socket; NCCL says nNodes 1: no network traffic to judge"
+    assert info.verdict == "healthy-single-node"
+    # The wrapper's line now carries the node count, and reads the same as NCCL's own lines.
+    now = warn_text.replace("gdrdma=0/0 channels", "gdrdma=0/0 channels nodes=1")
+    assert verify(now).verdict == "healthy-single-node" and verify(now).ok
     assert " NCCL INFO Using network" not in (LOGS / "warn-level-h200-socket.log").read_text()
 
 

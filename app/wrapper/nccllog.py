@@ -10,7 +10,13 @@ src/transport/net_ib*.cc, src/transport/net_socket.cc, src/bootstrap.cc, src/mis
 src/misc/ibvwrap.cc, src/debug.cc), the names the network plugins give themselves
 (nccl-rdma-sharp-plugins, aws-ofi-nccl, GKE's GPUDirect-TCPX/TCPXO and gIB plugins), rdma-core's
 `ibv_wc_status` numbers and PyTorch's ProcessGroupNCCL watchdog. docs/troubleshooting.md's
-"Reading NCCL's log" lists the sources; tests/nccl-corpus/ holds the public logs it is held to.
+"Reading NCCL's log" lists the sources; tests/nccl-corpus/ holds the public logs it is held to,
+tests/nccl-matrix/ real runs made for it, tests/nccl-formats/ NCCL's formats at every minor release.
+
+The model of a run (Transport): the networks NCCL named and their kind, the nodes (nNodes, or a
+communicator of one rank), the hosts that printed, the channels (network or within the node, with
+GDRDMA), GPUDirect as NCCL reports it (Enabled/Disabled in its words, DMA-BUF), whether IB was
+tried (sockets asked for, or fallen back to), whether the start-up completed; and the errors.
 
 A line's prefix varies with where it was captured (mpirun's `[1,0]<stdout>:`, timestamps,
 `[rank0]:`), so every pattern is searched anywhere in its line. Standard library only,
@@ -63,7 +69,8 @@ CLASS_WORDS = {
 
 # ------------------------------------------------------------------------------ line patterns
 # init.cc (2.6+): "Using network %s" with the net's name, which may hold a space ("AWS Libfabric").
-_USING_NETWORK = re.compile(r"NCCL INFO Using network ([^\r\n]*?)[ \t]*$", re.M)
+# A terminal's frame ("│ ... │") or trailing blanks after the name are not part of it.
+_USING_NETWORK = re.compile(r"NCCL INFO Using network ([^\r\n│┃|]*?)[ \t]*(?:[│┃|][ \t]*)?$", re.M)
 # transport/net.cc: "via NET/%s/%d%s%s" (name, device; "(%d)" the proxy rank of PXN since 2.12;
 # "/GDRDMA", "/Shared"), in "Ring %02d : ..." lines (2.4-2.6) and "Channel %02d[/%d] : ..." lines.
 _VIA = re.compile(
@@ -83,16 +90,44 @@ _NO_LIBIBVERBS = re.compile(
 _NO_PLUGIN = re.compile(r"NET/Plugin ?: (?:No plugin found|Could not find:? ?libnccl-net)")
 # param.cc / env: "%s set by environment to %s": sockets chosen by the user.
 _NNODES = re.compile(r" nRanks \d+ nNodes (\d+) ")
+# init.cc's Init lines, every release: "rank %d nranks %d": a communicator of one rank is within a node.
+_NRANKS = re.compile(r"\brank \d+ nranks (\d+)\b.* - Init (?:START|COMPLETE)")
 _SOCKETS_CHOSEN = re.compile(r"NCCL_IB_DISABLE set by environment to 1\b|NCCL_NET set by environment to Socket\b")
+# NCCL's own IB in the running: its lines ("NET/IB : Using", "No device found"), or libibverbs failing.
+_IB_TRIED = re.compile(r"NET/IB\b")
+# NCCL set its networks up in this log (NET subsystem): the socket transport's device line, or the
+# plugin loader's (2.24+). Socket with no IB line here: IB was never tried (NCCL_IB_DISABLE=1, or
+# NCCL_NET=Socket), which NCCL says in words only under NCCL_DEBUG_SUBSYS=ENV.
+# net_socket.cc "NET/Socket : Using [0]lo:127.0.0.1<0> [1]...": the interfaces NCCL's sockets use.
+_SOCKET_IFACES = re.compile(r"NET/Socket ?: Using((?: \[\d+\]\S+)+)")
+_NET_SETUP = re.compile(r"NET/Socket ?: Using \[|Initialized NET plugin Socket")
+# GPUDirect RDMA as NCCL reports it: net_ib.cc (2.4-2.13) "NET/IB : GPU Direct RDMA Disabled for HCA %d
+# '%s' (no module[ or not supported by GPU])"; topo.cc (2.14+) "NET/%s : GPU Direct RDMA %s for HCA %d
+# '%s'" (the NIC's support: peermem or DMA-BUF); paths.cc "GPU Direct RDMA %s for GPU ... (distance %d
+# ...)" (the topology: the GPU too far from the NIC for NCCL_NET_GDR_LEVEL, not a driver matter).
+_GDR_SAID = re.compile(r"(?:NET/[\w ]+? ?: )?GPU Direct RDMA (Enabled|Disabled) for [^\r\n]*")
+# init.cc (2.19+) "DMA-BUF is available on GPU device %d"; aws-ofi-nccl "Support for DMA-BUF registrations".
+_DMABUF = re.compile(r"DMA-BUF is available on GPU|Support for DMA-BUF registrations: true|DMA-BUF support", re.I)
 # init.cc: "ncclCommInitRank comm 0x... rank %d nranks %d cudaDev %d ... commId 0x%llx - Init START",
-# then "... - Init COMPLETE" (2.14+).
+# then "... - Init COMPLETE" (2.18+; Init COMPLETE alone in every release).
 INIT_STAGE = re.compile(r"commId (0x[0-9a-f]+)\b.* - Init (START|COMPLETE)")
+# The rank inside that line ("rank %d nranks %d"): ranks of one process share no prefix when a
+# launcher strips NCCL's host:pid:tid (`[3] NCCL INFO ...`).
+_INIT_RANK = re.compile(r"\brank (\d+) nranks \d+")
+# init.cc, every release: "comm %p rank %d nranks %d ... - Init COMPLETE"; what says the run got past
+# its start-up without that line (pasted excerpts): its channels connected, or nccl-tests' results.
+# "Channel %02d/%d : ..." (2.12+; from 2.19 connected after Init COMPLETE, at the first collective): a run
+# past its start-up. The older "Ring %02d :" / "Channel %02d :" lines come during it: not a sign of its end.
+_LATE_CHANNEL = re.compile(r"Channel \d+/\d+ : [^\r\n]*via ")
+_COMPLETE = re.compile(r" - Init COMPLETE|Connected all (?:rings|trees)|# Avg bus bandwidth|Avg bus bandwidth\s*:")
 # debug.cc's prefix: "%s:%d:%d [%d] " (host, pid, tid, cuda device).
 _WHO = re.compile(r"([^\s:\[\]|<>]+):(\d+):\d+ \[[^\]]*\]")
 # The wrapper's own line when NCCL's stalled start-up was seen (ncclwatch.stall_line).
 STALL = "hostnet-rdma: warning: NCCL start-up stalled: "
 # The wrapper's transport line (Transport.line), for a log without NCCL's INFO lines.
-_LINE = re.compile(r'hostnet-rdma: transport=("[^"]*"|\S+) hcas=(\S+) \(\d+[^)]*\) gdrdma=(\d+)/(\d+) channels')
+_LINE = re.compile(
+    r'hostnet-rdma: transport=("[^"]*"|\S+) hcas=(\S+) \(\d+[^)]*\) gdrdma=(\d+)/(\d+) channels(?: nodes=(\d+))?'
+)
 
 
 def _rank(line: str) -> str:
@@ -109,7 +144,8 @@ def unfinished(text: str) -> List[str]:
         m = INIT_STAGE.search(line)
         if not m:
             continue
-        key = f"{_rank(line)} {m.group(1)}".strip()
+        r = _INIT_RANK.search(line)
+        key = f"{_rank(line)} {m.group(1)}{' rank ' + r.group(1) if r else ''}".strip()
         if m.group(2) == "START":
             started[key] = None
         else:
@@ -171,7 +207,7 @@ TITLES = {
     "libibverbs-missing": "libibverbs", "bootstrap-failure": "bootstrap", "ofi-error": "libfabric (EFA)",
     "ib-async-event": "RDMA device event", "ibv-call-failed": "verbs call", "retry-exceeded": "data path",
     "wc-error": "RDMA completion", "remote-error": "remote rank", "watchdog-timeout": "collective timeout",
-    "cuda-error": "CUDA", "plugin-load": "network plugin", "invalid-usage": "NCCL call",
+    "cuda-error": "CUDA", "plugin-load": "network plugin", "invalid-usage": "NCCL call", "nccl-error": "NCCL error",
 }  # fmt: skip
 
 # net_ib.cc's completion error, in its seven shapes (2.4: "with error %d, opcode %d, len %d, vendor err
@@ -193,14 +229,18 @@ _ROOT_CHECKED_IN = re.compile(r"Bootstrap Root : rank (\d+) of (\d+) ranks has a
 # (2.16-2.26), "%s: connect to %s failed : %s" / "returned %s, exceeded error retry count" (2.27+).
 _CONNECT = re.compile(r"[Cc]onnect to (?P<addr>\S+?)\s+(?:failed\s*:\s*|returned\s+)(?P<why>[^\r\n]+)")
 _NO_IFACE = re.compile(
-    r"Bootstrap : no socket interface found|NET/Socket : no interface found|NET/IB : No IP interface found"
+    r"Bootstrap ?: no socket interface found|NET/Socket ?: no interface found|NET/IB ?: No IP interface found|"
+    r"NET/Socket ?: No usable listening interface found|Net ?: No interface found in the same subnet"
 )
 _ADDR_FAMILY = re.compile(r"Unsupported address family|unsupported IP family|is neither AF_INET")
 # aws-ofi-nccl prints "NET/OFI " before its own words ("Couldn't open AV. RC: %d, ERROR: %s", "OFI
 # fi_getinfo() call failed", "Unable to find a protocol that worked", "Unexpected number of remote
 # rails"); libfabric's own log says "fi_getinfo: provider efa output empty list" (no EFA device).
+# Every WARN the plugin prints is one (its NCCL_OFI_WARN macro, 677 formats in v1.5-v1.21:
+# tests/nccl-formats/aws-ofi-nccl.tsv); an INFO line only with the words of a failure.
 _OFI = re.compile(
-    r"NET/OFI\b[^\r\n]*?(?P<what>(?:Couldn't|Unable|Unexpected|Failed|failed|error|Error)[^\r\n]*)"
+    r"NCCL WARN NET/OFI (?P<warn>[^\r\n]+)"
+    r"|NET/OFI\b[^\r\n]*?(?P<what>(?:Couldn't|Unable|Unexpected|Failed|failed|error|Error)[^\r\n]*)"
     r"|fi_getinfo: provider efa output empty list"
 )
 # ncclRemoteError (2.13+), and the socket transport's "Connection closed by remote peer %s" / "Call to
@@ -212,7 +252,10 @@ _REMOTE = re.compile(
 # NCCL 2.2's bootstrap: "Call to connect failed : %s" (no address).
 _CONNECT_OLD = re.compile(r"Call to connect (?:failed\s*:\s*|returned\s+)(?P<why>[^\r\n,]+)")
 # The program called NCCL wrongly (argcheck.cc: "%s : invalid root %d ...", ncclInvalidArgument/Usage).
-_INVALID = re.compile(r"NCCL WARN [^\r\n]*: invalid \w+|ncclInvalid(?:Argument|Usage)|NCCL Error [45]: invalid")
+# init.cc: "Duplicate GPU detected : rank %d and rank %d both on CUDA device %lx".
+_INVALID = re.compile(
+    r"NCCL WARN [^\r\n]*: invalid \w+|ncclInvalid(?:Argument|Usage)|NCCL Error [45]: invalid|Duplicate GPU detected"
+)
 _WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: (?P<work>WorkNCCL\([^)]*\))?(?:[^\r\n]*?ran for (?P<ms>\d+) milliseconds)?"
 )
@@ -220,6 +263,8 @@ _CUDA = re.compile(
     r"Cuda failure '?(?P<what>[^'\r\n]+)'?|unhandled cuda error|CUDA error: (?P<what2>[^\r\n]+)|CUDA out of memory"
 )
 _PLUGIN_MISSING = re.compile(r"(?:NCCL_NET|network) '?([\w ]+?)'? (?:not found|could not be found)")
+# plugin/net.cc (2.24+): no network at all initialised, e.g. NCCL_NET=IB where no RDMA device is.
+_NO_NET = re.compile(r"Failed to initialize any NET plugin")
 
 MAX_LINE = 400  # of a quoted NCCL line
 # A line that may hold any of the above (most lines of a log hold none): one scan decides.
@@ -350,7 +395,8 @@ def problems(text: str) -> List[Problem]:
             cause, check = _connect(m.group("addr"), m.group("why"))
             add("bootstrap-failure", line, cause, check, i)
         if _NO_IFACE.search(line):
-            add("bootstrap-failure", line, "NCCL found no network interface to use for its bootstrap",
+            add("bootstrap-failure", line, "NCCL's start-up failed before it chose a network: it found no network "
+                "interface to use for its bootstrap",
                 "NCCL_SOCKET_IFNAME: it must name an interface of this (host-network) pod that has an address", i)  # fmt: skip
         elif _ADDR_FAMILY.search(line):
             add("bootstrap-failure", line, "an address NCCL was handed is neither IPv4 nor IPv6: a garbled NCCL "
@@ -358,7 +404,7 @@ def problems(text: str) -> List[Problem]:
                 "NCCL_SOCKET_IFNAME", i)  # fmt: skip
         m = _OFI.search(line)
         if m:
-            what = m.group("what") or m.group(0)
+            what = m.group("warn") or m.group("what") or m.group(0)
             add("ofi-error", line, f"the EFA/libfabric plugin failed: {what.strip()[:160]}",
                 "the EFA devices in the container (the vpc.amazonaws.com/efa resource, /dev/infiniband/uverbs*) and "
                 "that the image's libfabric and aws-ofi-nccl match (fi_info -p efa in the container)", i)  # fmt: skip
@@ -367,9 +413,23 @@ def problems(text: str) -> List[Problem]:
             cause, check = _connect("the peer", m.group("why"))
             add("bootstrap-failure", line, cause, check, i)
         if _INVALID.search(line):
-            add("invalid-usage", line, "the program called NCCL with an invalid argument or in an invalid order: "
-                "not the network", "the program's collective calls (root, counts, one communicator used by two "
-                "threads) against NCCL's WARN line", i)  # fmt: skip
+            # PyTorch's summary of NCCL's return code ("NCCL error in: ..., invalid usage", "ncclInvalidUsage:
+            # This usually reflects ...") names no cause of its own: NCCL returns that code for a missing
+            # network or a failed bootstrap too, and its WARN line, which a launcher's tee may print after
+            # the summary, says which. NCCL's own WARN ("%s : invalid root %d") is the cause.
+            if "Duplicate GPU detected" in line:
+                add("invalid-usage", line, "two ranks of one communicator on one GPU: not the network",
+                    "LOCAL_RANK and CUDA_VISIBLE_DEVICES on each rank (torch.cuda.set_device(LOCAL_RANK)), and "
+                    "--nproc-per-node against the GPUs the pod was given", i)  # fmt: skip
+            elif "NCCL WARN" in line:
+                add("invalid-usage", line, "the program called NCCL with an invalid argument or in an invalid order: "
+                    "not the network", "the program's collective calls (root, counts, one communicator used by two "
+                    "threads) against NCCL's WARN line", i)  # fmt: skip
+            else:
+                add("nccl-error", line, "NCCL returned an error code (invalid usage) that PyTorch reports without its "
+                    "cause: NCCL's own WARN line names it (a missing network, a failed bootstrap, a wrong call)",
+                    "NCCL's WARN lines of this rank (NCCL_DEBUG=WARN or INFO); if none, the program's collective calls",
+                    i, primary=False)  # fmt: skip
         if _REMOTE.search(line):
             add("remote-error", line, "another rank failed or lost its connection first (ncclRemoteError)",
                 "that rank's own log names the cause", i, primary=False)  # fmt: skip
@@ -383,6 +443,10 @@ def problems(text: str) -> List[Problem]:
         if m:
             add("cuda-error", line, "a CUDA error, not the network: " + (m.group(0).strip()[:160]),
                 "the GPU and the program (memory, driver/CUDA versions); the network is not the cause", i)  # fmt: skip
+        if _NO_NET.search(line):
+            add("plugin-load", line, "NCCL could initialise no network: the one NCCL_NET names (or every one it "
+                "tried) failed, e.g. NCCL_NET=IB where the container sees no RDMA device", "NCCL_NET, the RDMA "
+                "devices in the container (/dev/infiniband) and the plugin library (NCCL_NET_PLUGIN)", i)  # fmt: skip
         m = _PLUGIN_MISSING.search(line)
         if m and "NCCL WARN" in line:
             add("plugin-load", line, "the network NCCL_NET asks for was not found: no network plugin of that name "
@@ -430,10 +494,27 @@ class Transport:
         self.channels = len(net_channels)
         self.gdrdma = sum(1 for _, flags in net_channels if "/GDRDMA" in flags)
         self.local_channels = local
-        # "comm … nRanks 16 nNodes 2 localRanks 8" (NCCL 2.19+, init.cc): the most nodes any
+        # "comm … nRanks 16 nNodes 2 localRanks 8" (NCCL 2.20+, init.cc): the most nodes any
         # communicator of the log spans; 0 where no such line is there.
         self.nodes = max((int(n) for n in _NNODES.findall(text)), default=0)
-        self.sockets_chosen = bool(_SOCKETS_CHOSEN.search(text))
+        if not self.nodes and set(_NRANKS.findall(text)) == {"1"}:
+            self.nodes = 1
+        self.ib_tried = bool(_IB_TRIED.search(text)) or self.no_libibverbs
+        self.sockets_chosen = bool(_SOCKETS_CHOSEN.search(text)) or (
+            self.networks == ["Socket"] and bool(_NET_SETUP.search(text)) and not self.ib_tried
+        )
+        # The hosts that printed NCCL's lines (its prefix "%s:%d:%d [%d]": host, pid, tid, device).
+        self.hosts = sorted(set(m.group(1) for m in _WHO.finditer(text)))
+        # Every interface NCCL's sockets may use is loopback: nothing it sends can leave the host.
+        ifaces = [i for m in _SOCKET_IFACES.finditer(text) for i in m.group(1).split()]
+        self.loopback = bool(ifaces) and all(re.match(r"\[\d+\](?:lo\b|[^:]*:127\.|[^:]*:::1<)", i) for i in ifaces)
+        gdr = [m.group(0).strip() for m in _GDR_SAID.finditer(text)]
+        self.gdr_enabled = any("Enabled" in g.split(" for ")[0] for g in gdr)
+        # NCCL's own words when the NIC cannot do GPUDirect (no peermem module, no DMA-BUF): not the topology's.
+        self.gdr_off = next((g for g in gdr if "Disabled" in g.split(" for ")[0] and "distance" not in g), "")
+        self.dmabuf = bool(_DMABUF.search(text))
+        # The run got past its start-up: NCCL's Init COMPLETE, its channels, or nccl-tests' results.
+        self.complete = bool(_COMPLETE.search(text)) or bool(_LATE_CHANNEL.search(text))
         retry = _RETRY_TEXT.search(text) or next(
             (m for m in _COMPLETION.finditer(text) if m.group("status") == str(RETRY_EXC)), None)  # fmt: skip
         self.retry = retry.group(0) if retry else ""
@@ -448,17 +529,17 @@ class Transport:
                 self.hcas = [] if said.group(2) == "-" else said.group(2).split(",")
                 self.ib_line = bool(self.hcas)
                 self.gdrdma, self.channels = int(said.group(3)), int(said.group(4))
-                self.ready = self.from_wrapper = True
+                self.nodes = int(said.group(5) or 0)  # the wrapper's line says it since NCCL printed nNodes
+                self.ready = self.from_wrapper = self.complete = True
 
     @staticmethod
     def _older(text: str) -> List[str]:
-        """NCCL 2.4/2.5 before any channel: the net that initialised (IB's device line, else
-        Socket's when IB found none)."""
+        """NCCL 2.4/2.5 (no "Using network" line) before any channel: the net that initialised.
+        NCCL initialises its socket transport only once IB (and any plugin) did not: its device
+        line, with no IB device line, says Socket, IB disabled or failed alike."""
         if _IB_DEVICE.search("\n".join(_IB_USING.findall(text))):
             return ["IB"]
-        if re.search(r"NET/Socket\s*:\s*Using \[", text) and (
-            _IB_NO_DEVICE.search(text) or _NO_LIBIBVERBS.search(text)
-        ):
+        if re.search(r"NET/Socket\s*:\s*Using \[", text):
             return ["Socket"]
         return []
 
@@ -491,12 +572,17 @@ class Transport:
         return self.channels == 0 and self.local_channels > 0 and not self.from_wrapper
 
     @property
+    def node_count(self) -> str:
+        """How many nodes NCCL says its communicators span ("nNodes", 2.20+), else the hosts that printed."""
+        return str(self.nodes) if self.nodes else (f"{len(self.hosts)} host(s) seen" if self.hosts else "unknown")
+
+    @property
     def within_node(self) -> bool:
         """Every communicator so far within the node (NCCL says nNodes 1, or every channel is):
         NCCL names a network, Socket too, that carries none of the data."""
-        if self.channels or self.from_wrapper:
-            return False
-        return self.nodes == 1 or (self.nodes == 0 and self.local_channels > 0)
+        if self.channels or (self.from_wrapper and self.nodes != 1):
+            return self.loopback and self.nodes <= 1 and self.networks == ["Socket"]
+        return self.loopback or self.nodes == 1 or (self.nodes == 0 and self.local_channels > 0)
 
     @property
     def socket_traffic(self) -> bool:
@@ -511,8 +597,9 @@ class Transport:
         name = self.network or "-"
         if " " in name:
             name = f'"{name}"'
+        nodes = f" nodes={self.nodes}" if self.nodes else ""  # within one node: requireRdma and verify let it be
         return (f"transport={name} hcas={','.join(self.hcas) or '-'} ({len(self.hcas)}{of}) "
-                f"gdrdma={self.gdrdma}/{self.channels} channels")  # fmt: skip
+                f"gdrdma={self.gdrdma}/{self.channels} channels{nodes}")  # fmt: skip
 
 
 # Lines the wrapper keeps from NCCL's debug files for this reader (the rest it only passes on).
@@ -526,4 +613,8 @@ def wanted(line: str) -> bool:
         or " nNodes " in line
         or "set by environment" in line
         or "libibverbs" in line
+        or "NET plugin" in line
+        or "GPU Direct RDMA" in line
+        or "DMA-BUF" in line
+        or " - Init " in line
     )
