@@ -269,14 +269,20 @@ class FakeApi:
         self.nodes_ = {n["metadata"]["name"]: n for n in nodes}
         self.calls: list[tuple[str, ...]] = []
         self.down = False
+        self.count_reads = False
 
     def _check(self) -> None:
         if self.down:
             raise ConnectionError("connection refused")
 
-    def nodes(self) -> list[dict[str, Any]]:
+    def members(self) -> list[str]:
         self._check()
-        return list(self.nodes_.values())
+        return [n for n, node in self.nodes_.items() if rep.ANNOTATION in node["metadata"]["annotations"]]
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        self._check()
+        self.calls.append(("get", name)) if self.count_reads else None
+        return self.nodes_.get(name)
 
     def write_condition(self, name: str, c: dict[str, str]) -> None:
         self._check()
@@ -369,7 +375,7 @@ def test_a_dead_peer_does_not_taint_and_a_not_ready_one_is_not_probed() -> None:
     nodes[2]["status"]["conditions"][0]["status"] = "False"  # p1 NotReady
     api, fabric = FakeApi(nodes), Fabric()
     fabric.dead.add("p0")
-    a = agent.Agent(api, agent.Settings("me", peers_per_round=2, taint=True), local, fabric.probe)
+    a = agent.Agent(api, agent.Settings("me", peers_per_round=3, taint=True), local, fabric.probe)
     out = a.round(T0)
     assert out.condition.reason == cond.PEER_UNREACHABLE
     assert fabric.probed == [["p0"]] and not any(c[0] == "taint" for c in api.calls)
@@ -412,3 +418,23 @@ def test_memory_is_one_entry_per_peer_and_forgets_peers_that_left() -> None:
     del api.nodes_["p3"]
     a.round(T0 + dt.timedelta(seconds=60 * 21))
     assert "p3" not in a.memory.by_peer
+
+
+def test_a_round_reads_only_the_nodes_it_probes() -> None:
+    api, fabric = FakeApi(fleet_of(200)), Fabric()
+    fabric.dropping.add("p7")
+    a = agent.Agent(api, agent.Settings("me", peers_per_round=2), local, fabric.probe)
+    api.count_reads = True
+    for r in range(300):
+        api.calls.clear()
+        a.round(T0 + dt.timedelta(seconds=60 * r))
+        reads = [c for c in api.calls if c[0] == "get"]
+        assert len(reads) <= 2 * 2 + (1 if r == 0 else 0), reads  # k peers, k bad ones again, our own at start
+    assert len(a.seen) <= 4 and set(a.memory.bad()) == {"p7"}
+
+
+def test_a_node_with_no_interface_to_probe_from_is_unknown_not_healthy() -> None:
+    c = cond.judge([], [], rdma=False, can_probe=False)
+    assert (c.status, c.reason) == ("Unknown", cond.PROBE_FAILED) and "no interface" in c.message
+    alone = cond.judge([], [], rdma=True, mtu=9000)
+    assert alone.status == "False" and "no peer to probe yet" in alone.message

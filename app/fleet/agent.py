@@ -2,9 +2,11 @@
 condition becomes, and what to write. The decisions are here (and unit-tested); the probes,
 the sysfs reads and the Kubernetes calls are passed in (app.cli.fabricwatch wires the real ones).
 
-- The fleet is the Nodes whose agents publish a report (app.fleet.report), Ready, with a
-  condition that is not stale; each round probes the schedule's peers plus, again, the peers
-  found bad (so a healed path clears within one interval), at most `max_paths` sweeps.
+- The fleet is the nodes whose agents are up (the endpoints of the agents' Service: one watch,
+  deltas only, as kube-proxy reads Services); each round reads only the Nodes it probes (the
+  schedule's peers plus, again, the peers found bad, so a healed path clears within one
+  interval), and probes those that publish a report (app.fleet.report), are Ready and whose
+  condition is not stale: at most `max_paths` sweeps.
 - The condition reflects the freshest sweep of every peer still in the fleet (kept for one
   coverage cycle and a margin), so it does not flip back to healthy when the rotation moves on.
 - Writes: the condition only when it changes, else a heartbeat every `heartbeat_seconds`; an
@@ -35,7 +37,11 @@ MAX_PATHS = 32  # sweeps a round: 8 at once, each at most ~8 s (pathprobe)
 class NodeApi(Protocol):
     """What the agent asks of the API server (app.kube.NodeAgentApi)."""
 
-    def nodes(self) -> list[dict[str, Any]]: ...
+    def members(self) -> list[str]:
+        """The nodes whose agents are running and ready (the agents' Service endpoints)."""
+        ...
+
+    def node(self, name: str) -> dict[str, Any] | None: ...
     def write_condition(self, node: str, condition: dict[str, str]) -> None: ...
     def write_report(self, node: str, annotation: str) -> None: ...
     def set_taint(self, node: str, on: bool, key: str) -> None: ...
@@ -193,12 +199,15 @@ class Agent:
         self.api, self.s, self.read_local, self.probe = api, settings, read_local, probe
         self.memory = PathMemory()
         self.written = Written()
-        self.last_nodes: list[dict[str, Any]] = []
+        self.members: list[str] = []  # the last fleet known, for an API server outage
+        self.seen: dict[str, dict[str, Any]] = {}  # this round's peers' Nodes, for an outage
+        self.peer_mtus: dict[str, int] = {}  # the MTU each peer publishes, for the fleet's
         self.started = False
 
-    def _start(self, nodes: list[dict[str, Any]]) -> None:
+    def _start(self) -> None:
         """Pick up what a previous run of the agent left on our Node."""
-        me = next((n for n in nodes if (n.get("metadata") or {}).get("name") == self.s.node), None)
+        me = self.api.node(self.s.node)
+        self.started = True
         if me is None:
             return
         found = cond.read_condition(me)
@@ -207,38 +216,61 @@ class Agent:
         self.written.report = str(((me.get("metadata") or {}).get("annotations") or {}).get(rep.ANNOTATION, ""))
         taints = (me.get("spec") or {}).get("taints") or []
         self.written.tainted = any(isinstance(t, dict) and t.get("key") == cond.TAINT_KEY for t in taints)
-        self.started = True
+
+    def _read(self, name: str, errors: list[str]) -> dict[str, Any] | None:
+        try:
+            node = self.api.node(name)
+        except Exception as e:  # the API server's outage: the peer as last read
+            errors.append(f"read node {name}: {e}")
+            return self.seen.get(name)
+        if node is None:
+            self.seen.pop(name, None)
+        else:
+            self.seen[name] = node
+        return node
 
     def round(self, now: dt.datetime) -> RoundOutcome:
         errors: list[str] = []
         try:
-            nodes = self.api.nodes()
-            self.last_nodes = nodes
+            self.members = sorted(set(self.api.members()))
         except Exception as e:  # the API server's outage: go on with the fleet last seen
-            errors.append(f"list nodes: {e}")
-            nodes = self.last_nodes
-        if not self.started and nodes:
-            self._start(nodes)
+            errors.append(f"list the agents: {e}")
+        if not self.started:
+            try:
+                self._start()
+            except Exception as e:
+                errors.append(f"read our node: {e}")
         local = self.read_local()
         own = frozenset(d.address for d in local.netdevs)
-        peers, left_out = fleet(nodes, self.s.node, own, now)
-        for why in left_out:
-            log.debug("peer left out: %s", why)
-        schedule = Schedule(tuple([self.s.node, *(p.name for p in peers)]), self.s.peers_per_round)
+        schedule = Schedule(tuple({self.s.node, *self.members}), self.s.peers_per_round)
         number = round_of(now.timestamp(), self.s.interval_seconds)
         chosen = schedule.peers(self.s.node, number)
-        by_name = {p.name: p for p in peers}
-        again = [p for p in self.memory.bad() if p in by_name and p not in chosen][: self.s.peers_per_round]
-        todo = targets([by_name[p] for p in chosen + again if p in by_name], local.netdevs, self.s.max_paths)
+        in_fleet = set(schedule.nodes)
+        again = [p for p in self.memory.bad() if p in in_fleet and p not in chosen][: self.s.peers_per_round]
+        nodes = [n for n in (self._read(p, errors) for p in chosen + again) if n is not None]
+        peers, left_out = fleet(nodes, self.s.node, own, now)
+        for why in left_out:
+            log.info("peer left out this round: %s", why)
+        todo = targets(peers, local.netdevs, self.s.max_paths)
         results = self.probe(todo) if todo else []
         self.memory.record(number, results)
-        self.memory.prune(set(by_name), number, schedule.rounds_to_cover + 1)
+        for name in [p for p in chosen + again if p not in {q.name for q in peers}]:
+            self.memory.by_peer.pop(name, None)  # left out (down, NotReady, no report): not a path of ours
+        self.memory.prune(in_fleet, number, schedule.rounds_to_cover + 1)
+        for name in list(self.seen):  # only this round's peers: a Node is kilobytes, a fleet thousands
+            if name not in chosen and name not in again:
+                del self.seen[name]
         paths = self.memory.current()
         mtu = min((d.mtu for d in local.netdevs), default=0)
-        peer_mtus = [d.mtu for p in peers for d in p.report.netdevs[:1]]
-        new = cond.judge(list(local.findings), paths, rdma=local.rdma, mtu=mtu,
-                         fleet_mtu=cond.fleet_mtu(peer_mtus) if len(peer_mtus) >= 2 else 0,
-                         netdev=local.netdevs[0].name if local.netdevs else "")  # fmt: skip
+        for p in peers:
+            if p.report.netdevs:
+                self.peer_mtus[p.name] = p.report.netdevs[0].mtu
+        for name in [n for n in self.peer_mtus if n not in in_fleet]:
+            del self.peer_mtus[name]
+        # Two peers at least: one odd peer is that peer's mismatch (its own agent says so), not ours.
+        fleet_mtu = cond.fleet_mtu(list(self.peer_mtus.values())) if len(self.peer_mtus) >= 2 else 0
+        new = cond.judge(list(local.findings), paths, rdma=local.rdma, mtu=mtu, fleet_mtu=fleet_mtu,
+                         netdev=local.netdevs[0].name if local.netdevs else "", can_probe=bool(local.netdevs))  # fmt: skip
         report = rep.Report(
             local.netdevs, local.rdma, self.s.interval_seconds, self.s.heartbeat_seconds
         ).to_annotation()

@@ -118,6 +118,7 @@ def judge(
     mtu: int = 0,
     fleet_mtu: int = 0,
     netdev: str = "",
+    can_probe: bool = True,
 ) -> Condition:
     """The node's condition from this round's local checks and the freshest sweep of each peer.
     `mtu` is this node's RDMA netdev MTU, `fleet_mtu` the one most of its peers publish (0: not known)."""
@@ -143,8 +144,16 @@ def judge(
     failed = by_verdict.get("not-probed", [])
     if failed:
         return Condition("Unknown", PROBE_FAILED, _one_line(failed[0].text()))
+    if not can_probe:
+        return Condition("Unknown", PROBE_FAILED, "no interface of this node with an IPv4 address to probe from "
+                         "(the RDMA netdevs', else the default route's, else --netdev)")  # fmt: skip
     # Stable from round to round (a count of the peers probed so far would rewrite it every round).
-    probed = f"every peer probed answers every size up to {mtu} B" if mtu else "every peer probed answers every size"
+    if not paths:
+        probed = "no peer to probe yet"
+    else:
+        probed = (
+            f"every peer probed answers every size up to {mtu} B" if mtu else "every peer probed answers every size"
+        )
     if not rdma:
         return Condition("False", NO_RDMA_DEVICES, _one_line(
             f"no RDMA devices on this node: paths probed over its own interface; {probed}"))  # fmt: skip
