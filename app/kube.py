@@ -612,14 +612,12 @@ class NodeAgentApi:
             taints = [t for t in (current.get("spec") or {}).get("taints") or [] if t.get("key") != key]
             if on:
                 taints.append({"key": key, "value": "true", "effect": "NoSchedule"})
-            body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "spec": {"taints": taints}}
+            # A JSON patch that replaces the list whole, with the resourceVersion read: the API
+            # server answers 409 when the Node changed in between (a compare-and-swap).
+            ops = [{"op": "replace", "path": "/metadata/resourceVersion", "value": current["metadata"]["resourceVersion"]},
+                   {"op": "add", "path": "/spec/taints", "value": taints}]  # fmt: skip
             try:
-                # A merge patch replaces the list whole: with the resourceVersion it is a compare-and-swap.
-                self.core.api_client.call_api(
-                    f"/api/v1/nodes/{node}", "PATCH", header_params={"Content-Type": "application/merge-patch+json",
-                                                                     "Accept": "application/json"},
-                    body=body, auth_settings=["BearerToken"], _request_timeout=self.timeout, _preload_content=False,
-                )  # fmt: skip
+                self.core.patch_node(node, ops, _request_timeout=self.timeout)
                 return
             except ApiException as e:
                 if e.status != 409:
