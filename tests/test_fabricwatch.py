@@ -438,3 +438,32 @@ def test_a_node_with_no_interface_to_probe_from_is_unknown_not_healthy() -> None
     assert (c.status, c.reason) == ("Unknown", cond.PROBE_FAILED) and "no interface" in c.message
     alone = cond.judge([], [], rdma=True, mtu=9000)
     assert alone.status == "False" and "no peer to probe yet" in alone.message
+
+
+# --------------------------------------------------------------------------- doctor --cluster
+def test_the_fleet_table_marks_stale_and_missing_agents_and_counts_who_is_named() -> None:
+    from app.fleet import table
+
+    def ours(c: cond.Condition, age: int) -> dict[str, str]:
+        return cond.as_node_condition(c, T0 - dt.timedelta(seconds=age), T0 - dt.timedelta(hours=2))
+
+    drop = "packets of up to 1500 B cross to gpu-node-7 (10.0.3.7 on rdma0), 1517 B do not"
+    nodes = [
+        node("gpu-node-1", report=good_report(), ours=ours(cond.Condition("True", cond.LARGE_FRAMES_DROPPED, drop), 30),
+             taints=[{"key": cond.TAINT_KEY, "effect": "NoSchedule"}]),
+        node("gpu-node-2", report=good_report(), ours=ours(cond.Condition("True", cond.PEER_UNREACHABLE,
+             "no ICMP echo of any size answered by gpu-node-7 (10.0.3.7 on rdma0)"), 30)),
+        node("gpu-node-7", report=good_report(), ours=ours(cond.Condition("False", cond.HEALTHY, "fine"), 901)),
+        node("gpu-node-70", report=good_report(), ours=ours(cond.Condition("False", cond.HEALTHY, "fine"), 10)),
+        node("cpu-node-1"),
+    ]  # fmt: skip
+    rows = {r.node: r for r in table.rows(nodes, T0)}
+    assert (rows["gpu-node-1"].state, rows["gpu-node-1"].tainted) == ("DEGRADED", True)
+    assert rows["gpu-node-7"].state == "STALE", "an old False is never shown healthy"
+    assert (rows["gpu-node-7"].named_by, rows["gpu-node-70"].named_by) == (2, 0)
+    assert rows["cpu-node-1"].state == "NO-AGENT" and rows["gpu-node-70"].state == "HEALTHY"
+    assert not table.healthy(list(rows.values()))
+    text = table.render(table.rows(nodes, T0))
+    assert text.splitlines()[0].split() == ["NODE", "STATE", "REASON", "AGE", "TAINT", "NAMED-BY", "MESSAGE"]
+    assert "15m" in text and drop in text
+    assert table.healthy(table.rows(nodes[3:], T0))

@@ -19,7 +19,7 @@ import yaml
 from app.fleet import condition as cond
 from app.fleet import report as rep
 from tests.apiserver.conftest import RELEASE, RELEASE_NS, Kube, helm, local_only
-from tests.apiserver.controlplane import ControlPlane
+from tests.apiserver.controlplane import ROOT, ControlPlane
 
 pytestmark = pytest.mark.apiserver
 
@@ -133,3 +133,13 @@ def test_the_agents_real_token_writes_only_its_own_node(plane: ControlPlane, kub
     ):  # fmt: skip
         r = _patch(agent, path, body)
         assert r.status_code in (403, 422) and why in r.text, (body, r.text)
+
+    # The fleet's table, as an operator reads it (the admin's kubeconfig).
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "app.cli", "doctor", "--cluster", "--kubeconfig", str(plane.kubeconfig),
+                        "-o", "json"], capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    table = {r["node"]: r for r in json.loads(p.stdout)}
+    assert (table["node-a"]["state"], table["node-a"]["reason"]) == ("HEALTHY", cond.HEALTHY), p.stdout
+    assert table["node-b"]["state"] == "NO-AGENT" and p.returncode == 0, p.stdout
