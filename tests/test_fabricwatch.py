@@ -467,3 +467,19 @@ def test_the_fleet_table_marks_stale_and_missing_agents_and_counts_who_is_named(
     assert text.splitlines()[0].split() == ["NODE", "STATE", "REASON", "AGE", "TAINT", "NAMED-BY", "MESSAGE"]
     assert "15m" in text and drop in text
     assert table.healthy(table.rows(nodes[3:], T0))
+
+
+def test_the_scale_simulation_runs_the_real_schedule() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, "scripts/fabricwatch_sim.py", "--nodes", "64", "--nodes", "101",
+                        "--peers-per-round", "3", "--sample", "200"], capture_output=True, text=True, cwd=root,
+                       timeout=60)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    lines = {line.split("|")[1].strip(): line for line in p.stdout.splitlines() if line.startswith("| ")}
+    assert "21 (0.3 h)" in lines["rounds to cover all pairs"] and "34 (0.6 h)" in lines["rounds to cover all pairs"]
+    assert "64 nodes met all 63 peers by round 21" in lines["checked"]
+    assert "(NPD: 13)" in lines["condition writes/min (fleet)"]

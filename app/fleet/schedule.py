@@ -10,7 +10,7 @@ no list of pairs is ever built), and every node agrees on the round from the wal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -19,11 +19,13 @@ class Schedule:
 
     nodes: tuple[str, ...]
     per_round: int = 1
+    _seat: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.per_round < 1:
             raise ValueError(f"peers per round must be at least 1, not {self.per_round}")
         object.__setattr__(self, "nodes", tuple(sorted(set(self.nodes))))
+        self._seat.update({n: i for i, n in enumerate(self.nodes)})  # a node's seat in O(1)
 
     @property
     def seats(self) -> int:
@@ -43,9 +45,8 @@ class Schedule:
 
     def partner_in_slot(self, node: str, slot: int) -> str | None:
         """The node's partner in one slot; None for a bye (odd fleets) or a node not in it."""
-        try:
-            seat = self.nodes.index(node)
-        except ValueError:
+        seat = self._seat.get(node)
+        if seat is None:
             return None
         other = _partner(seat, slot % self.slots, self.seats) if self.slots else seat
         return self.nodes[other] if other < len(self.nodes) and other != seat else None
