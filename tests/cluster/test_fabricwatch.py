@@ -158,6 +158,23 @@ def test_a_silent_drop_between_two_nodes_is_on_their_nodes_and_clears(three: Clu
             out = c.kubectl("exec", "-n", RELEASE_NS, pod["metadata"]["name"], "--", "python", "-c", probe)
             assert out[:3] in ("403", "422") and "the fabric watch on node1 may not change Node node2" in out, out
             assert _conditions(c)["node2"][0].reason == cond.LARGE_FRAMES_DROPPED
+            # The taint keeps new pods off the bad pair: the scheduler puts them on node3.
+            for i in range(2):
+                c.kubectl("run", f"fabric-watch-probe-{i}", "-n", "default", "--image=localhost/pause:1",
+                          "--image-pull-policy=Never", "--restart=Never")  # fmt: skip
+            deadline = time.monotonic() + 60
+            while True:
+                placed = {
+                    p["metadata"]["name"]: p["spec"].get("nodeName")
+                    for p in c.kubectl_json("get", "pods", "-n", "default")["items"]
+                    if p["metadata"]["name"].startswith("fabric-watch-probe")
+                }
+                if len(placed) == 2 and all(placed.values()):
+                    break
+                assert time.monotonic() < deadline, placed
+                time.sleep(0.5)
+            assert set(placed.values()) == {"node3"}, placed
+            c.kubectl("delete", "pod", "-n", "default", "fabric-watch-probe-0", "fabric-watch-probe-1", "--wait=false")
         cleared = lambda got: all(x.status == "False" and not t for x, t in got.values())  # noqa: E731
         _, seconds = _wait(c, cleared, 3 * INTERVAL, "healed: every node healthy, no taint")
         TIMINGS["fabric-watch: healed and untainted"] = seconds
