@@ -36,6 +36,7 @@ log = logging.getLogger("hostnet_rdma.certs")
 __all__ = [
     "ApiException",
     "EventSender",
+    "NodeAgentApi",
     "Objects",
     "SelfManagedCerts",
     "api_client",
@@ -505,3 +506,133 @@ def _unavailable() -> Iterator[None]:
         raise
     except (urllib3.exceptions.HTTPError, OSError) as e:  # timeouts, refused or reset connections
         raise events.Unavailable(str(e) or type(e).__name__) from None
+
+
+class NodeAgentApi:
+    """The fabric watch's calls (app.fleet.agent.NodeApi): its own Node's condition (nodes/status),
+    report annotation and taint (nodes), Events on it, and reads of the peers it probes. The
+    fleet is the ready endpoints of the agents' headless Service, kept by one watch of its
+    EndpointSlices (a list, then deltas; relisted after a break), as kube-proxy reads Services: a
+    10,000-node fleet costs each agent the changes, not a list of 10,000 Nodes a minute. Every call
+    is bounded in time; failures raise (the agent retries next round)."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, service: str, event_namespace: str = "default",
+                 timeout_seconds: float = 5.0) -> None:  # fmt: skip
+        self.core = client.CoreV1Api(api)
+        self.discovery = client.DiscoveryV1Api(api)
+        self.namespace, self.service, self.event_namespace = namespace, service, event_namespace
+        self.timeout = timeout_seconds
+        self._slices: dict[str, set[str]] = {}
+        self._listed = threading.Event()
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        self.watch_error = ""
+
+    # ------------------------------------------------------------------ the fleet, by watch
+    def _ready_nodes(self, endpoint_slice: Any) -> set[str]:
+        return {
+            e.node_name for e in endpoint_slice.endpoints or []
+            if e.node_name and (e.conditions is None or e.conditions.ready is not False)
+        }  # fmt: skip
+
+    def _watch_forever(self) -> None:
+        from kubernetes import watch
+
+        selector = f"kubernetes.io/service-name={self.service}"
+        backoff = 1.0
+        while True:
+            try:
+                listed: Any = self.discovery.list_namespaced_endpoint_slice(
+                    self.namespace, label_selector=selector, _request_timeout=self.timeout
+                )
+                with self._lock:
+                    self._slices = {s.metadata.name: self._ready_nodes(s) for s in listed.items}
+                self._listed.set()
+                backoff = 1.0
+                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                    self.discovery.list_namespaced_endpoint_slice, self.namespace, label_selector=selector,
+                    resource_version=listed.metadata.resource_version, timeout_seconds=300,
+                    _request_timeout=(self.timeout, 330),
+                )  # fmt: skip
+                for change in stream:
+                    obj = change["object"]
+                    if change["type"] == "ERROR" or not hasattr(obj, "metadata"):
+                        break  # 410 Gone and the like: list again
+                    with self._lock:
+                        if change["type"] == "DELETED":
+                            self._slices.pop(obj.metadata.name, None)
+                        else:
+                            self._slices[obj.metadata.name] = self._ready_nodes(obj)
+                self.watch_error = ""
+            except Exception as e:  # the API server's outage: keep the fleet last seen, back off
+                self.watch_error = str(e) or type(e).__name__
+                log.warning("fabric-watch: the agents' endpoints: %s; again in %.0f s", self.watch_error, backoff)
+                threading.Event().wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+
+    def members(self) -> list[str]:
+        if not self.service:
+            return []  # `fabric-watch --once` without the agents' Service: this node only
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch_forever, name="fleet-watch", daemon=True)
+            self._watcher.start()
+        if not self._listed.wait(self.timeout):
+            raise events.Unavailable(f"the agents' endpoints not listed yet: {self.watch_error or 'no answer'}")
+        with self._lock:
+            return sorted(set().union(*self._slices.values())) if self._slices else []
+
+    # ------------------------------------------------------------------ reads and writes
+    def node(self, name: str) -> dict[str, Any] | None:
+        try:
+            resp: Any = self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        data: dict[str, Any] = json.loads(resp.data)
+        return data
+
+    def write_condition(self, node: str, condition: dict[str, str]) -> None:
+        # A strategic merge by type: the kubelet's and other agents' conditions are left alone.
+        self.core.patch_node_status(node, {"status": {"conditions": [condition]}}, _request_timeout=self.timeout)
+
+    def write_report(self, node: str, annotation: str) -> None:
+        from app.fleet import report
+
+        body = {"metadata": {"annotations": {report.ANNOTATION: annotation}}}
+        self.core.patch_node(node, body, _request_timeout=self.timeout)
+
+    def set_taint(self, node: str, on: bool, key: str) -> None:
+        """Add or remove our NoSchedule taint, others' kept: read, change, write with the
+        resourceVersion read (a 409 when someone else wrote in between: read again)."""
+        for _ in range(3):
+            current = self.node(node)
+            if current is None:
+                return
+            taints = [t for t in (current.get("spec") or {}).get("taints") or [] if t.get("key") != key]
+            if on:
+                taints.append({"key": key, "value": "true", "effect": "NoSchedule"})
+            # A JSON patch that replaces the list whole, with the resourceVersion read: the API
+            # server answers 409 when the Node changed in between (a compare-and-swap).
+            ops = [{"op": "replace", "path": "/metadata/resourceVersion", "value": current["metadata"]["resourceVersion"]},
+                   {"op": "add", "path": "/spec/taints", "value": taints}]  # fmt: skip
+            try:
+                self.core.patch_node(node, ops, _request_timeout=self.timeout)
+                return
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+        raise events.Unavailable(f"the taint on {node}: conflicting writes, three times")
+
+    def event(self, node: str, kind: str, reason: str, message: str) -> None:
+        """A core/v1 Event about the Node, where `kubectl describe node` finds the kubelet's (its
+        involvedObject uid is the node's name, as the kubelet's are)."""
+        now = dt.datetime.now(dt.UTC)
+        body = {
+            "metadata": {"generateName": f"{node}.", "namespace": self.event_namespace},
+            "involvedObject": {"kind": "Node", "apiVersion": "v1", "name": node, "uid": node},
+            "reason": reason, "message": message[:1024], "type": kind, "count": 1,
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "source": {"component": "hostnet-rdma-fabric-watch", "host": node},
+        }  # fmt: skip
+        self.core.create_namespaced_event(self.event_namespace, body, _request_timeout=self.timeout)  # type: ignore[arg-type]

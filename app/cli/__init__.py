@@ -4,7 +4,8 @@ serve    run the admission webhook
 mutate   print the pods of a file (a Pod or a job of any launcher) as the webhook would store them
 explain  why a pod was, or would be, mutated or not
 verify   check a training pod's log: NCCL over IB with GDRDMA, the wrapper's line
-doctor   check a node's RDMA fabric against an NCCL profile
+doctor   check a node's RDMA fabric against an NCCL profile (--cluster: the fleet's fabric-watch table)
+fabric-watch  the node agent: this node and the paths to its peers, as a node condition
 e2e      run a 2-node job per launcher through the webhook and check it end to end
 help     the troubleshooting section a message names (`hostnet-rdma help TOPIC`)
 
@@ -21,10 +22,10 @@ from __future__ import annotations
 import argparse
 
 from app import __version__
-from app.cli import doctor, e2e, explain, help, mutate, serve, verify
+from app.cli import doctor, e2e, explain, fabricwatch, help, mutate, serve, verify
 from app.cli.common import error
 
-COMMANDS = (serve, mutate, explain, verify, doctor, e2e, help)
+COMMANDS = (serve, mutate, explain, verify, doctor, fabricwatch, e2e, help)
 
 
 def build_parser(prog: str = "hostnet-rdma") -> argparse.ArgumentParser:

@@ -1,5 +1,6 @@
 """`hostnet-rdma doctor`: the fabric checks the wrapper runs before torchrun, against this node
-(or a sysfs tree), and the NCCL_IB_HCA / GID index this node suggests. `doctor --between A,B`:
+(or a sysfs tree), and the NCCL_IB_HCA / GID index this node suggests. `doctor --cluster`: the
+fleet's table from the fabric watch's node conditions (docs/fabric-watch.md). `doctor --between A,B`:
 the data path between two nodes, from the cluster: a two-pod job (one on each node, host
 network, through the webhook) sends messages of 512 B to 64 MiB between them and says the
 largest that arrived, and why when the large ones do not."""
@@ -50,8 +51,30 @@ def cmd_between(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    """The fleet's table, from the fabric watch's node conditions."""
+    import datetime as dt
+
+    from app import kube
+    from app.fleet import table
+
+    nodes = kube.list_nodes(kube.api_client(args.kubeconfig, args.context))
+    rows = table.rows(nodes, dt.datetime.now(dt.UTC))
+    if args.output == "json":
+        print(json.dumps([r.as_dict() for r in rows], indent=2))
+    else:
+        print(table.render(rows))
+        if rows and all(r.state == "NO-AGENT" for r in rows):
+            print("\nNo node has a fabric-watch condition: is the agent installed (fabricWatch.enabled=true)?")
+    return 0 if table.healthy(rows) else 1
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """The fabric checks the wrapper runs before torchrun, against this node (or a sysfs tree)."""
+    if args.between and args.cluster:
+        return error("--between and --cluster are two different checks: give one")
+    if args.cluster:
+        return cmd_cluster(args)
     if args.between:
         return cmd_between(args)
     import os
@@ -118,6 +141,8 @@ def register(sub: Any) -> None:
     d.add_argument("--gid-index", help="NCCL_IB_GID_INDEX to check (overrides the profile's)")
     d.add_argument("--config", help="cluster config file (for its profiles)")
     d.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    d.add_argument("--cluster", action="store_true",
+                   help="the fleet's table from the fabric watch's node conditions (exit 1 when any is degraded or stale)")  # fmt: skip
     b = d.add_argument_group("the data path between two nodes (from the cluster, not on a node)")
     b.add_argument("--between", metavar="A,B", help="send messages of 512 B to 64 MiB between these two nodes")
     b.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG / ~/.kube/config)")

@@ -127,8 +127,9 @@ def mtu(iface: str) -> int:
         return 1500
 
 
-def probe(peer: str, iface: str = "", timeout: float = 1.0) -> Path:
-    """ICMP echo of each size to `peer` (IPv4) out of `iface` (empty: the route's)."""
+def probe(peer: str, iface: str = "", timeout: float = 1.0, limit: int = 0) -> Path:
+    """ICMP echo of each size to `peer` (IPv4) out of `iface` (empty: the route's), up to the
+    interface's MTU, or `limit` when smaller (the peer's MTU, which the fabric watch knows)."""
     path = Path(peer, iface)
     if ":" in peer:
         path.error = "IPv6 peers are not probed"
@@ -170,8 +171,9 @@ def probe(peer: str, iface: str = "", timeout: float = 1.0) -> Path:
                         return True
             return False
 
-        limit = min(mtu(iface), SIZES[-1]) if iface else SIZES[-1]
-        sizes = sorted({x for x in SIZES if x <= limit} | {limit})
+        top = min(mtu(iface), SIZES[-1]) if iface else SIZES[-1]
+        top = min(top, limit) if limit > 0 else top
+        sizes = sorted({x for x in SIZES if x <= top} | {top})
         path.crossed, path.first_lost = walk(crosses, sizes)
     return path
 

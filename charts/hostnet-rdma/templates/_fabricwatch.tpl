@@ -1,0 +1,14 @@
+{{- /* The fabric watch's names and labels (docs/fabric-watch.md). */ -}}
+{{- define "hostnet-rdma.fabricWatch.name" -}}
+{{- printf "%s-fabric-watch" (include "hostnet-rdma.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "hostnet-rdma.fabricWatch.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "hostnet-rdma.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: fabric-watch
+{{- end -}}
+
+{{- define "hostnet-rdma.fabricWatch.serviceAccount" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "hostnet-rdma.fabricWatch.name" .) -}}
+{{- end -}}

@@ -1,0 +1,56 @@
+"""The fabric watch's own probes and verdict (`hostnet-rdma fabric-watch --once --peer`) on a real
+silent drop: two namespace nodes at MTU 9000 whose far end drops every packet over 1500 bytes
+without a word (seed 001; ../shared/recipes/mtu-blackhole), and a peer that answers nothing.
+The agent's condition names the peer and the sizes; an absent peer is unreachable, not a drop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.rendezvous.test_path_probe import _jumbo, _link_of
+from tests.rendezvous.testbed import Testbed
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.rendezvous
+
+
+def _round(bed: Testbed, tmp_path: Path, *peers: str) -> tuple[int, dict[str, object]]:
+    (tmp_path / "sys").mkdir(exist_ok=True)  # a node without RDMA devices: probes go out of --netdev
+    (tmp_path / "proc").mkdir(exist_ok=True)
+    argv = [sys.executable, "-m", "app.cli", "fabric-watch", "--once", "--node", "node-0", "--interval", "10",
+            "--netdev", _link_of(bed, bed.nodes[0].netns), "--sysfs-root", str(tmp_path),
+            *[f"--peer={p}" for p in peers]]  # fmt: skip
+    p = subprocess.run(bed.command(bed.nodes[0], argv), capture_output=True, text=True, cwd=ROOT, timeout=90)
+    assert p.returncode in (0, 1), p.stderr
+    out: dict[str, object] = json.loads(p.stdout)
+    return p.returncode, out
+
+
+def test_the_condition_names_the_peer_and_the_sizes_of_a_silent_drop(bed: Testbed, tmp_path: Path) -> None:
+    _jumbo(bed, drop=True)
+    rc, out = _round(bed, tmp_path, f"node-1={bed.nodes[1].address}")
+    c = out["condition"]
+    assert rc == 1 and isinstance(c, dict) and (c["status"], c["reason"]) == ("True", "LargeFramesDropped"), out
+    dev = _link_of(bed, bed.nodes[0].netns)
+    head = f"packets of up to 1500 B cross to node-1 ({bed.nodes[1].address} on {dev}), "
+    assert str(c["message"]).startswith(head) and str(c["message"]).endswith(" B do not"), c
+    first_lost = int(str(c["message"])[len(head) :].split()[0])
+    assert 1500 < first_lost <= 1517
+
+
+def test_a_healthy_jumbo_path_and_a_peer_that_answers_nothing(bed: Testbed, tmp_path: Path) -> None:
+    _jumbo(bed, drop=False)
+    rc, out = _round(bed, tmp_path, f"node-1={bed.nodes[1].address}")
+    c = out["condition"]
+    assert rc == 0 and isinstance(c, dict) and (c["status"], c["reason"]) == ("False", "NoRdmaDevices"), out
+    assert "up to 9000 B" in str(c["message"])
+    absent = bed.nodes[1].address.rsplit(".", 1)[0] + ".99"
+    rc, out = _round(bed, tmp_path, f"node-1={bed.nodes[1].address}", f"ghost={absent}")
+    c = out["condition"]
+    assert rc == 1 and isinstance(c, dict) and c["reason"] == "PeerUnreachable", out
+    assert "ghost" in str(c["message"]) and "large" not in str(c["message"]).lower()

@@ -1,0 +1,125 @@
+"""The chart's fabric watch (fabricwatch-*.yaml): off by default; on, a hardened host-network
+DaemonSet with NET_RAW only, RBAC that reads only the Nodes it is told and writes only through
+the policy, the policy itself, the ServiceMonitor; a snapshot; bad values refused. The policy is
+exercised against the real API server in tests/apiserver/test_fabricwatch_policy.py."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import pytest
+import yaml
+
+from app.fleet import condition as cond
+from app.fleet import report as rep
+from tests.test_chart import REFRESH, SNAPSHOTS, template
+
+ON = ["--set", "fabricWatch.enabled=true", "--set", "fabricWatch.taint=true", "--set", "fabricWatch.serviceMonitor.enabled=true",
+      "--set-json", 'fabricWatch.nodeSelector={"node.kubernetes.io/instance-type": "BM.GPU.H100.8"}',
+      "--set", "fabricWatch.netdevs={rdma0,rdma1}"]  # fmt: skip
+
+
+def rendered(*args: str) -> list[dict[str, Any]]:
+    p = template(*args)
+    assert p.returncode == 0, p.stderr
+    return [d for d in yaml.safe_load_all(p.stdout) if d]
+
+
+def ours(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if "fabric-watch" in d["metadata"]["name"]]
+
+
+def test_off_by_default() -> None:
+    assert ours(rendered()) == []
+
+
+def test_snapshot() -> None:
+    p = template(*ON)
+    assert p.returncode == 0, p.stderr
+    snap = SNAPSHOTS / "fabric-watch.yaml"
+    if REFRESH:
+        snap.write_text(p.stdout)
+    want = snap.read_text()
+    if p.stdout != want:
+        diff = "".join(
+            difflib.unified_diff(want.splitlines(True), p.stdout.splitlines(True), str(snap), "helm template")
+        )
+        pytest.fail(f"chart output changed (REFRESH_GOLDEN=1 to accept):\n{diff}")
+
+
+def test_the_daemonset_is_host_network_with_net_raw_only_on_the_nodes_named() -> None:
+    docs = rendered(*ON)
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    (webhook,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "BM.GPU.H100.8"}
+    assert {"key": cond.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"], "add": ["NET_RAW"]}}  # fmt: skip
+    assert "privileged" not in str(pod) and not pod.get("volumes")
+    assert pod["serviceAccountName"] == "hostnet-rdma-fabric-watch"
+    assert c["image"] == webhook["spec"]["template"]["spec"]["containers"][0]["image"]  # the webhook's image
+    assert "--taint" in c["args"] and "--netdev=rdma0" in c["args"] and "--require-rdma" in c["args"]
+    assert c["readinessProbe"] == {"tcpSocket": {"port": "metrics"}, "periodSeconds": 5}
+
+
+def test_rbac_reads_nodes_by_name_and_patches_through_the_policy_only() -> None:
+    docs = ours(rendered(*ON))
+    rules = {
+        (d["kind"], d["metadata"].get("namespace", "")): d["rules"]
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+    }
+    assert rules == {
+        ("ClusterRole", ""): [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+                              {"apiGroups": [""], "resources": ["nodes/status", "nodes"], "verbs": ["patch"]}],
+        ("Role", "hostnet-rdma-system"): [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                                           "verbs": ["list", "watch"]}],
+        ("Role", "default"): [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}],
+    }  # fmt: skip
+    (policy,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    (binding,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConditions"][0]["expression"] == (
+        'request.userInfo.username == "system:serviceaccount:hostnet-rdma-system:hostnet-rdma-fabric-watch"'
+    )
+    text = str(policy)
+    assert "authentication.kubernetes.io/node-name" in text
+    assert cond.CONDITION in text and rep.ANNOTATION in text and cond.TAINT_KEY in text
+
+
+def test_with_tainting_off_the_policy_refuses_adding_the_taint() -> None:
+    (policy,) = [
+        d for d in ours(rendered("--set", "fabricWatch.enabled=true")) if d["kind"] == "ValidatingAdmissionPolicy"
+    ]
+    last = policy["spec"]["validations"][-1]
+    assert "taintsOld.exists" in last["expression"] and "tainting is off" in last["message"]
+    (on,) = [d for d in ours(rendered(*ON)) if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert "taintsOld.exists" not in on["spec"]["validations"][-1]["expression"]
+
+
+def test_the_service_is_headless_and_the_service_monitor_scrapes_it() -> None:
+    docs = ours(rendered(*ON))
+    (svc,) = [d for d in docs if d["kind"] == "Service"]
+    (mon,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"][0]["port"] == 9470
+    assert mon["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+    assert ours(rendered("--set", "fabricWatch.enabled=true")) and not [
+        d for d in ours(rendered("--set", "fabricWatch.enabled=true")) if d["kind"] == "ServiceMonitor"]  # fmt: skip
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "fabricWatch.interval=1"], "at '/fabricWatch/interval'"),
+    (["--set", "fabricWatch.peersPerRound=0"], "at '/fabricWatch/peersPerRound'"),
+    (["--set", "fabricWatch.netdevs={rdma0;reboot}"], "at '/fabricWatch/netdevs/0'"),
+    (["--set", "fabricWatch.metricsPort=80"], "at '/fabricWatch/metricsPort'"),
+    (["--set", "fabricWatch.enabeld=true"], "fabricWatch"),
+    (["--set", "fabricWatch.enabled=true", "--set", "fabricWatch.heartbeat=30"], "heartbeat must be at least"),
+])  # fmt: skip
+def test_bad_values_fail_with_a_readable_error(args: list[str], message: str) -> None:
+    p = template(*args)
+    assert p.returncode != 0 and message in p.stderr, p.stderr
