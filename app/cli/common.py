@@ -214,7 +214,8 @@ def run_preview(args: Any, objects: list[dict[str, Any]] | None = None) -> tuple
     except controllers.ExpandError as e:
         raise CommandError(str(e)) from None
     configmaps = {k: v for ex in expansions for k, v in ex.configmaps.items()}
-    rows = preview.rows(expansions, lambda ns: review.params_for(cfg, ns), selectors, labels, configmaps)
+    claims = preview.claim_templates(objects)
+    rows = preview.rows(expansions, lambda ns: review.params_for(cfg, ns), selectors, labels, configmaps, claims)
     return rows, single_pod, [ex for ex in expansions if not ex.pods]
 
 
