@@ -232,8 +232,9 @@ def _sshd(pod: Obj, warn: Any) -> None:
         how = {
             "-p": "its -p 22",
             "-o Port": "its -o Port=22",
-            "default": "no -p or Port given: sshd's default"
-            + (f", unless {sshd.config} (its -f) sets another Port" if sshd.config else ""),
+            "default": "no -p or Port given: sshd's default, unless "
+            + (f"{sshd.config} (its -f)" if sshd.config else "the image's sshd_config")
+            + " sets another Port",
         }.get(sshd.source, sshd.source)
         warn(
             reasons.SSHD_ON_NODE_PORT,
