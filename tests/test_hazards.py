@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from app import preview
-from app.core import InjectConfig, Params, hazards, mutate, reasons, selection
+from app.core import InjectConfig, Params, budget, hazards, mutate, reasons, selection
 from app.core.mutate import training_containers
 from app.preview import controllers
 from app.webhook import review
@@ -211,3 +211,50 @@ def test_reading_a_large_command_for_sshd_stays_bounded() -> None:
     assert hazards.sshd_of({"name": "w", "command": ["bash", "-c", big]}) is None
     assert hazards.sshd_of({"name": "w", "command": ["bash", "-c", "echo x; " * 40_000]}) is None
     assert time.process_time() - t0 < 0.05
+
+
+def test_a_pod_s_commands_are_read_for_sshd_within_one_budget() -> None:
+    """16 containers of 63 KiB scripts that name sshd: only budget.SSHD_READ_BYTES of them are read
+    (each under the per-command bound, so without the pod's budget all 16 would be split)."""
+    script = ("sshd -p \"$X\" 'a b' \\\n; " * 3000)[:63_000]
+    many = {"spec": {"containers": [{"name": f"c{i}", "command": ["bash", "-c", script]} for i in range(16)]}}
+    said: list[str] = []
+    t0 = time.process_time()
+    hazards.check(many, lambda reason, text: said.append(text), True)
+    assert time.process_time() - t0 < 0.1
+    assert budget.SSHD_READ_BYTES // 63_000 == 1 and said == []  # one read: -p "$X", its port known at run time
+    assert hazards.sshd_of(many["spec"]["containers"][0]) == hazards.Sshd(
+        "c0", (), "-p, some known only at run time", ""
+    )
+
+
+class FakeObjects:
+    """app.kube.Objects over a dict: what `explain -f --from-cluster` reads of DRA."""
+
+    def __init__(self, held: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.held = held
+        self.asked: list[tuple[str, str, str]] = []
+
+    def served(self, api_version: str, kind: str) -> bool:
+        return api_version == "resource.k8s.io/v1"
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.asked.append((kind, namespace, name))
+        return self.held.get((kind, name))
+
+
+def test_the_claim_templates_a_file_names_are_read_from_the_cluster() -> None:
+    from app.cli.common import cluster_claim_objects
+
+    docs = list(
+        yaml.safe_load_all((Path(__file__).parent / "corpus/hostnet/mpijob-dranet-numa-aligned.yaml").read_text())
+    )
+    job = [d for d in docs if d["kind"] == "MPIJob"]
+    held = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] != "MPIJob"}
+    objs = FakeObjects(held)
+    found = cluster_claim_objects(objs, "ml", job)
+    assert [d["kind"] for d in found] == ["ResourceClaimTemplate", "DeviceClass"], objs.asked
+    assert ("ResourceClaimTemplate", "ml", "gpu-nic-aligned") in objs.asked
+    line = preview.claim_templates([*job, *found])["gpu-nic-aligned"]
+    assert line == ["gpu.nvidia.com (GPUs from NVIDIA's DRA driver)", "dranet (NICs from dranet)"]
+    assert cluster_claim_objects(FakeObjects({}), "ml", docs) == []  # the file holds it: nothing asked

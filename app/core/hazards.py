@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from app.core import allocators, names, reasons
+from app.core import allocators, budget, names, reasons
 from app.core.wrap import Command
 
 Obj = dict[str, Any]
@@ -61,8 +61,10 @@ def _port(text: str) -> int | None:
     return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
 
 
-def _sshd_options(words: list[str]) -> tuple[list[int], list[int], str]:
-    """-p ports, -o Port ports, and -f FILE of one sshd's arguments (getopt: `-De`, `-p2222`)."""
+def _sshd_options(words: list[str]) -> tuple[list[int], list[int], str, bool]:
+    """-p ports, -o Port ports, -f FILE of one sshd's arguments (getopt: `-De`, `-p2222`), and
+    whether a -p names a port known only at run time (`-p "$PORT"`)."""
+    unknown = False
     ports: list[int] = []
     option_ports: list[int] = []
     config = ""
@@ -79,8 +81,12 @@ def _sshd_options(words: list[str]) -> tuple[list[int], list[int], str]:
                 if not value and i + 1 < len(words):
                     i += 1
                     value = words[i]
-                if flag == "p" and (port := _port(value)) is not None:
-                    ports.append(port)
+                if flag == "p":
+                    port = _port(value)
+                    if port is None:
+                        unknown = True
+                    else:
+                        ports.append(port)
                 elif flag == "o":
                     for pattern in (_PORT_LINE, _LISTEN_PORT):
                         found = pattern.search(value)
@@ -91,7 +97,7 @@ def _sshd_options(words: list[str]) -> tuple[list[int], list[int], str]:
                 break
             j += 1
         i += 1
-    return ports, option_ports, config
+    return ports, option_ports, config, unknown
 
 
 # Images whose sshd_config (and ssh_config, for the launcher's ssh) say Port 2222: the MPI
@@ -143,10 +149,10 @@ def sshd_of(container: Obj) -> Sshd | None:
     for at, word in enumerate(words):
         if word.rsplit("/", 1)[-1] != "sshd" or not _in_command_position(words, at):
             continue
-        ports, option_ports, config = _sshd_options(words[at + 1 :])
+        ports, option_ports, config, unknown = _sshd_options(words[at + 1 :])
         name = str(container.get("name") or "")
-        if ports:
-            return Sshd(name, tuple(ports), "-p", config)
+        if ports or unknown:
+            return Sshd(name, tuple(ports), "-p" if not unknown else "-p, some known only at run time", config)
         if option_ports:
             return Sshd(name, tuple(option_ports), "-o Port", config)
         written = [p for w in words[:at] for m in _PORT_LINE.finditer(w) if (p := _port(m.group(1))) is not None]
@@ -223,9 +229,14 @@ SSHD_FIX = (
 def _sshd(pod: Obj, warn: Any) -> None:
     spec = pod.get("spec") or {}
     containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])][:MAX_CONTAINERS]
+    room = budget.SSHD_READ_BYTES
     for c in containers:
         if not isinstance(c, dict):
             continue
+        size = sum(len(w) + 1 for w in [*(c.get("command") or []), *(c.get("args") or [])] if isinstance(w, str))
+        if size > room:
+            continue  # over what one review reads for sshd: said nothing of, as a script too large to read
+        room -= size
         sshd = sshd_of(c)
         if sshd is None or SSH_PORT not in sshd.ports:
             continue

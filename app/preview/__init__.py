@@ -389,6 +389,30 @@ def claim_templates(objects: list[Obj]) -> dict[str, list[str]]:
     return out
 
 
+def claim_template_names(objects: list[Obj]) -> set[str]:
+    """The ResourceClaimTemplates the pods of a file name (resourceClaimTemplateName), for the
+    preview to read from the cluster those the file does not hold."""
+    found: set[str] = set()
+
+    def walk(x: Any, depth: int) -> None:
+        if depth > 32 or len(found) >= allocators.MAX_RESOURCES:
+            return
+        if isinstance(x, dict):
+            name = x.get("resourceClaimTemplateName")
+            if isinstance(name, str) and name:
+                found.add(name)
+            for v in x.values():
+                walk(v, depth + 1)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v, depth + 1)
+
+    walk(objects, 0)
+    held = {str((o.get("metadata") or {}).get("name")) for o in objects
+            if isinstance(o, dict) and o.get("kind") == "ResourceClaimTemplate"}  # fmt: skip
+    return found - held
+
+
 _DRIVER = re.compile(r"device\.driver\s*==\s*['\"]([^'\"]{1,253})['\"]")
 
 
