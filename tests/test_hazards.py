@@ -258,3 +258,11 @@ def test_the_claim_templates_a_file_names_are_read_from_the_cluster() -> None:
     line = preview.claim_templates([*job, *found])["gpu-nic-aligned"]
     assert line == ["gpu.nvidia.com (GPUs from NVIDIA's DRA driver)", "dranet (NICs from dranet)"]
     assert cluster_claim_objects(FakeObjects({}), "ml", docs) == []  # the file holds it: nothing asked
+
+
+def test_another_program_s_port_is_not_sshd_s() -> None:
+    """Only a Port line written into sshd_config stands for sshd's config, not a server's --port."""
+    found = hazards.sshd_of({"name": "w", "command": ["bash", "-c", "tensorboard --port 6006 & /usr/sbin/sshd -D"]})
+    assert found is not None and found.ports == (22,), found
+    echo = ["bash", "-c", 'echo "Port 2222" > /tmp/notes; /usr/sbin/sshd -D']  # not sshd_config
+    assert hazards.sshd_of({"name": "w", "command": echo}) == hazards.Sshd("w", (22,), "default", "")

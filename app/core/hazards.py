@@ -41,6 +41,9 @@ MAX_NAMED = 8
 _SSHD_VALUED = frozenset("CEcfghopu")
 # A port in an sshd_config line or an `-o` option: `Port 2222`, `Port=2222`.
 _PORT_LINE = re.compile(r"(?i)\bport[ \t]*[= \t][ \t]*(\d{1,5})\b")
+# A Port line a script writes into sshd_config (`echo "Port 2222" >>`, `sed 's/#Port 22/Port 2222/'`):
+# at a word's start or after a sed delimiter or comment mark, as the file spells it.
+_WRITTEN_PORT = re.compile(r"(?:^|[\n/#|])Port[ \t]+(\d{1,5})\b")
 _LISTEN_PORT = re.compile(r"(?i)\blistenaddress[ \t]*[= \t][ \t]*\S*:(\d{1,5})\b")
 _SHELL_OPERATORS = frozenset((";", "&&", "||", "|", "&", "(", ")", ";;", "\n"))
 
@@ -155,7 +158,9 @@ def sshd_of(container: Obj) -> Sshd | None:
             return Sshd(name, tuple(ports), "-p" if not unknown else "-p, some known only at run time", config)
         if option_ports:
             return Sshd(name, tuple(option_ports), "-o Port", config)
-        written = [p for w in words[:at] for m in _PORT_LINE.finditer(w) if (p := _port(m.group(1))) is not None]
+        edits = any("sshd_config" in w for w in words[:at])
+        written = [p for w in words[:at] for m in _WRITTEN_PORT.finditer(w) if (p := _port(m.group(1))) is not None]
+        written = written if edits else []
         if written:
             return Sshd(name, (written[-1],), "the script's sshd_config edit", config)
         known = image_ssh_port(container)
