@@ -1359,7 +1359,8 @@ def test_an_mpijob_beside_the_node_s_own_sshd_on_port_22(cluster: Cluster, insta
     real sshd in each node's network namespace, with none of the job's keys: a host-network pod
     pinned to the node, in a namespace the webhook does not see). The tier's image configures
     sshd and ssh on 2222, as the MPI Operator's images do, so each worker names its port.
-    - Without the fix (`sshd -De -p 22`, a stock image's default, and mpirun's ssh dialling 22):
+    - Without the fix (`sshd -e -p 22; sleep infinity`: a stock image's default port, and mpirun's
+      ssh dialling 22):
       the admission warning and the job's Event say SshdOnNodePort, and what they name happens:
       the worker's sshd cannot bind (`Bind to port 22 ... Address already in use`), and the
       launcher's ssh reaches the node's sshd, which refuses the job's key.
@@ -1372,17 +1373,20 @@ def test_an_mpijob_beside_the_node_s_own_sshd_on_port_22(cluster: Cluster, insta
                                       "command": ["/usr/sbin/sshd", "-De", "-p", "22", "-o", "AuthorizedKeysFile=none"]}]}}
             for node in cluster.nodes]  # fmt: skip
 
-    def job(name: str, port: int, told: str) -> dict[str, Any]:
+    def job(name: str, command: list[str], told: str) -> dict[str, Any]:
         (mpi,) = corpus_job("mpi-operator/nccl-tests", image, sites)
         mpi["metadata"]["name"] = name
         worker = mpi["spec"]["mpiReplicaSpecs"]["Worker"]
-        worker["replicas"], worker["restartPolicy"] = 1, "OnFailure"  # a failing sshd restarts: the job stays
-        worker["template"]["spec"]["containers"][0]["command"] = ["/usr/sbin/sshd", "-De", "-p", str(port)]
+        worker["replicas"] = 1
+        worker["template"]["spec"]["containers"][0]["command"] = command
         launcher = mpi["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
         launcher["args"] = [f"until mpirun {told}-np 1 hostname; do sleep 5; done"]  # no mpirun here: it waits
         return dict(mpi)
 
-    broken, fixed = job("sshd-22", 22, ""), job("sshd-2222", 2222, '-mca plm_rsh_args "-p 2222" ')
+    # The broken worker as many NCCL tests start it (sshd, then wait): the pod stays Ready, so its
+    # name resolves and the launcher's ssh reaches the node.
+    broken = job("sshd-22", ["/bin/bash", "-c", "/usr/sbin/sshd -e -p 22; exec sleep infinity"], "")
+    fixed = job("sshd-2222", ["/usr/sbin/sshd", "-De", "-p", "2222"], '-mca plm_rsh_args "-p 2222" ')
     t0 = time.monotonic()
     try:
         launchers.apply_with_retry(cluster, held)
@@ -1415,8 +1419,7 @@ def test_an_mpijob_beside_the_node_s_own_sshd_on_port_22(cluster: Cluster, insta
         # ... and the worker's own sshd never listened: the bind the warning names failed.
         deadline, worker_log = time.monotonic() + 60, ""
         while "Address already in use" not in worker_log and time.monotonic() < deadline:
-            worker_log = cluster.kubectl("logs", "-n", ML, "sshd-22-worker-0", "--all-containers", check=False)
-            worker_log += cluster.kubectl("logs", "-n", ML, "sshd-22-worker-0", "--previous", check=False)
+            worker_log = cluster.kubectl("logs", "-n", ML, "sshd-22-worker-0", check=False)
             time.sleep(2)
         assert "Bind to port 22" in worker_log and "Address already in use" in worker_log, worker_log[-2000:]
         # Said before it ran: the admission warning's reason, as the job's Event.
