@@ -1400,10 +1400,11 @@ def test_an_mpijob_beside_the_node_s_own_sshd_on_port_22(cluster: Cluster, insta
                 found = [p for p in pods(cluster, ML, f"training.kubeflow.org/job-name={name}")
                          if p["metadata"]["labels"].get("training.kubeflow.org/job-role") == "launcher"
                          and p["status"].get("phase") == "Running"]  # fmt: skip
-                if found:
-                    said = cluster.kubectl("exec", "-n", ML, found[0]["metadata"]["name"], "--", "ssh", "-p", str(port),
-                                           "-o", "ConnectTimeout=5", "-o", "BatchMode=yes", f"{name}-worker-0.{name}",
-                                           "echo session-on-$(hostname)", check=False)  # fmt: skip
+                if found:  # ssh says why it failed on its stderr: kept (kubectl gives back stdout)
+                    ssh = (f"ssh -p {port} -o ConnectTimeout=5 -o BatchMode=yes {name}-worker-0.{name} "
+                           "'echo session-on-$(hostname)' 2>&1")  # fmt: skip
+                    said = cluster.kubectl("exec", "-n", ML, found[0]["metadata"]["name"], "--", "sh", "-c", ssh,
+                                           check=False)  # fmt: skip
                     if "session-on-" in said or "Permission denied" in said:
                         return said
                 time.sleep(2)
@@ -1412,10 +1413,11 @@ def test_an_mpijob_beside_the_node_s_own_sshd_on_port_22(cluster: Cluster, insta
         # The fix: the worker's sshd on 2222, the launcher's ssh told 2222: a session, no warning.
         session = launcher_ssh("sshd-2222", 2222, 120)
         TIMINGS["MPIJob beside the node's sshd: the fixed job's first ssh session"] = time.monotonic() - t0
-        assert "session-on-" in session, session[-2000:]
+        assert "session-on-" in session, (session[-2000:], cluster.kubectl("get", "pods", "-A", "-o", "wide"))
         # Without it: the node's sshd answers on 22 and refuses the job's key ...
         refused = launcher_ssh("sshd-22", 22, 90)
-        assert "Permission denied (publickey" in refused, refused[-2000:]
+        where = cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+        assert "Permission denied (publickey" in refused, (refused[-2000:], where)
         # ... and the worker's own sshd never listened: the bind the warning names failed.
         deadline, worker_log = time.monotonic() + 60, ""
         while "Address already in use" not in worker_log and time.monotonic() < deadline:
