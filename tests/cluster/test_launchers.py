@@ -1385,7 +1385,9 @@ def test_an_mpijob_beside_the_node_s_own_sshd_on_port_22(cluster: Cluster, insta
 
     # The broken worker as many NCCL tests start it (sshd, then wait): the pod stays Ready, so its
     # name resolves and the launcher's ssh reaches the node.
-    broken = job("sshd-22", ["/bin/bash", "-c", "/usr/sbin/sshd -e -p 22; exec sleep infinity"], "")
+    broken = job(
+        "sshd-22", ["/bin/bash", "-c", '/usr/sbin/sshd -De -p 22; echo "sshd exited $?"; exec sleep infinity'], ""
+    )
     fixed = job("sshd-2222", ["/usr/sbin/sshd", "-De", "-p", "2222"], '-mca plm_rsh_args "-p 2222" ')
     t0 = time.monotonic()
     try:
@@ -1423,7 +1425,10 @@ def test_an_mpijob_beside_the_node_s_own_sshd_on_port_22(cluster: Cluster, insta
         while "Address already in use" not in worker_log and time.monotonic() < deadline:
             worker_log = cluster.kubectl("logs", "-n", ML, "sshd-22-worker-0", check=False)
             time.sleep(2)
-        assert "Bind to port 22" in worker_log and "Address already in use" in worker_log, worker_log[-2000:]
+        assert "Bind to port 22" in worker_log and "Address already in use" in worker_log, (
+            worker_log[-2000:],
+            cluster.kubectl("describe", "pod", "sshd-22-worker-0", "-n", ML, check=False)[-3000:],
+        )
         # Said before it ran: the admission warning's reason, as the job's Event.
         deadline, described = time.monotonic() + 30, ""
         while "SshdOnNodePort" not in described and time.monotonic() < deadline:
