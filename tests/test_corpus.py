@@ -57,7 +57,8 @@ VERDICTS = {
     "allocators/aws-nccl-tests-mpijob-efa": "mpi",
     "allocators/dranet-gke-rdma-statefulset-dra-claim": "script",
     "allocators/dranet-mpijob-nccl-test-dra-claim": "mpi",
-    "allocators/dranet-nvidia-gpu-nic-aligned-statefulset": "plain",
+    # Issue 67: its GPUs and NICs come from a DRA claim: a training pod, as with nvidia.com/gpu.
+    "allocators/dranet-nvidia-gpu-nic-aligned-statefulset": "script",
     "allocators/gke-a4-nccl-test-networking-gke-io-rdma-interfaces": "script",
     "allocators/gke-managed-rdma-nccl-test-mrdma-claim": "script",
     "allocators/netop-hostdev-pod": "none",
@@ -80,6 +81,11 @@ VERDICTS = {
     "training-operator/aws-hyperpod-imagenet-etcd-elastic-wget": "ok",
     "volcano/nebius-llama-cookbook-finetuning-2": "ok",
     "volcano/nebius-nccl-test-pytorch": "ok",
+    # Issue 67: what else breaks on the host network (shapes with made-up names).
+    "hostnet/mpijob-dranet-numa-aligned": "mpi",
+    "hostnet/mpijob-multus-sriov": "mpi",
+    "hostnet/mpijob-sshd-2222-rsh-args": "mpi",
+    "hostnet/statefulset-nccl-test-sshd-default-port": "none",
 }  # fmt: skip
 
 
@@ -199,7 +205,59 @@ def test_the_corpus_is_as_documented() -> None:
     assert {f"{p.parent.name}/{p.stem}" for p in FILES} == set(VERDICTS)
     for p in [*FILES, RUNTIME]:
         first = p.read_text().splitlines()[0]
+        if first.startswith("# Shape: made-up names, in the shape of "):
+            continue  # a public file's shape, where its licence keeps the file out (README)
         assert first.startswith("# Corpus: https://github.com/") and "/blob/" in first, p
+
+
+# Issue 67: the hazards of the host network each file is warned of at admission (the reasons of
+# app/core/reasons.py), and those it must not be: a file that already does the fix.
+HAZARD_REASONS = ("SshdOnNodePort", "MultusOnHostNetwork", "DRAClaimOnHostNetwork")
+HAZARDS = {
+    "mpi-operator/nccl-tests": {"SshdOnNodePort"},  # the operator's default worker command: sshd -De
+    "allocators/aws-nccl-tests-mpijob-efa": {"SshdOnNodePort"},
+    "allocators/dranet-mpijob-nccl-test-dra-claim": {"SshdOnNodePort", "DRAClaimOnHostNetwork"},
+    "allocators/dranet-nvidia-gpu-nic-aligned-statefulset": {"DRAClaimOnHostNetwork"},
+    "allocators/dranet-gke-rdma-statefulset-dra-claim": {"DRAClaimOnHostNetwork"},
+    "allocators/gke-managed-rdma-nccl-test-mrdma-claim": {"DRAClaimOnHostNetwork"},
+    "jobset/gke-a4x-max-nccl-jobset": {"DRAClaimOnHostNetwork"},
+    "allocators/netop-hostdev-pod": {"MultusOnHostNetwork"},
+    "allocators/netop-rdma-shared-device-gpu-pod": {"MultusOnHostNetwork"},
+    "allocators/netop-sriov-legacy-pod": {"MultusOnHostNetwork"},
+    "hostnet/statefulset-nccl-test-sshd-default-port": {"SshdOnNodePort"},
+    "hostnet/mpijob-sshd-2222-rsh-args": set(),  # sshd -p 2222, mpirun's ssh told: nothing to say
+    "hostnet/mpijob-multus-sriov": {"SshdOnNodePort", "MultusOnHostNetwork"},
+    "hostnet/mpijob-dranet-numa-aligned": {"SshdOnNodePort", "DRAClaimOnHostNetwork"},
+    # Trainer's DeepSpeed runtime: sshd -f ~/.sshd_config, the MPI Operator's (Port 2222).
+    "trainer/runtime-deepspeed-distributed": set(),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_each_host_network_hazard_is_warned_with_its_reason(path: Path) -> None:
+    key = f"{path.parent.name}/{path.stem}"
+    rows, _ = preview_of(load(path))
+    said = {w.reason for r in rows if r.result is not None for w in r.result.warnings if w.reason in HAZARD_REASONS}
+    assert said == HAZARDS.get(key, set()), (key, said)
+
+
+def test_the_preview_names_the_claims_device_classes_and_the_workers_ssh_port() -> None:
+    """Where the file holds the ResourceClaimTemplate and DeviceClass, the preview says what the
+    claim asks for (dranet's NICs: the sandbox is refused); an MPIJob whose workers' sshd is on
+    2222 and whose launcher is told 2222 gets no word of ssh at all."""
+    docs = load(CORPUS / "hostnet/mpijob-dranet-numa-aligned.yaml")
+    cfg = preview_config(None, None)
+    expansions = controllers.expand(docs, "default", None)
+    rows = preview.rows(expansions, lambda ns: review.params_for(cfg, ns), selection.from_config(cfg), None, {},
+                        preview.claim_templates(docs))  # fmt: skip
+    workers = [r for r in rows if "-worker-" in r.pod]
+    assert len(workers) == 2 and all(r.mutated for r in workers)
+    for r in workers:
+        line = next(w for w in r.warnings if w.startswith("DRA claim gpu-nic: "))
+        assert "gpu.nvidia.com (GPUs from NVIDIA's DRA driver)" in line and "dranet (NICs from dranet)" in line, line
+        assert "never starts" in line, line
+    rows, _ = preview_of(load(CORPUS / "hostnet/mpijob-sshd-2222-rsh-args.yaml"))
+    assert not [w for r in rows for w in r.warnings if "sshd" in w], [r.warnings for r in rows]
 
 
 # The allocator each file's NIC-carrying pods name (issue 52): they get no privileged, no

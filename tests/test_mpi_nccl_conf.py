@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from app.core import InjectConfig, Params, mutate, names
+from app.core import InjectConfig, Params, mutate, names, reasons
 from app.wrapper import payload
 
 LOG = Path(__file__).parent / "logs" / "nccl-conf-h200" / "nccl-conf.json"
@@ -62,7 +62,9 @@ def test_a_workers_nccl_env_is_its_etc_nccl_conf() -> None:
     (vol,) = [v for v in r.pod["spec"]["volumes"] if v["name"] == names.VOL_NCCL_CONF]
     (item,) = vol["downwardAPI"]["items"]
     assert item["fieldRef"]["fieldPath"] == f"metadata.annotations['{names.ANN_NCCL_CONF}']"
-    assert not r.warnings and mutate(r.pod, PARAMS).pod == r.pod  # a second pass changes nothing
+    # Only the host network's port 22 (issue 67: the worker's `sshd -De`) is said; nothing of NCCL's env.
+    assert [w.reason for w in r.warnings] == [reasons.SSHD_ON_NODE_PORT]
+    assert mutate(r.pod, PARAMS).pod == r.pod  # a second pass changes nothing
 
 
 def test_what_cannot_go_to_the_file_is_named_and_a_users_own_file_is_kept() -> None:

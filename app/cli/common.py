@@ -178,6 +178,7 @@ def run_preview(args: Any, objects: list[dict[str, Any]] | None = None) -> tuple
     single_pod = len(objects) == 1 and objects[0].get("kind") == "Pod"
     labels: dict[str, str] | None = None
     runtime_of = None
+    claim_objects: list[dict[str, Any]] = []
     if args.from_cluster:
         from app import kube
 
@@ -195,6 +196,8 @@ def run_preview(args: Any, objects: list[dict[str, Any]] | None = None) -> tuple
 
             def runtime_of(kind: str, ns: str, name: str) -> dict[str, Any] | None:
                 return objs.get("trainer.kubeflow.org/v1alpha1", kind, ns if kind == "TrainingRuntime" else "", name)
+
+            claim_objects = cluster_claim_objects(objs, namespace, objects)
         except kube.ApiException as e:
             raise CommandError(f"reading the installed webhook: {kube.refusal(e)}") from None
         except ConfigError as e:
@@ -214,8 +217,46 @@ def run_preview(args: Any, objects: list[dict[str, Any]] | None = None) -> tuple
     except controllers.ExpandError as e:
         raise CommandError(str(e)) from None
     configmaps = {k: v for ex in expansions for k, v in ex.configmaps.items()}
-    rows = preview.rows(expansions, lambda ns: review.params_for(cfg, ns), selectors, labels, configmaps)
+    claims = preview.claim_templates([*objects, *claim_objects])
+    rows = preview.rows(expansions, lambda ns: review.params_for(cfg, ns), selectors, labels, configmaps, claims)
     return rows, single_pod, [ex for ex in expansions if not ex.pods]
+
+
+DRA_API = "resource.k8s.io/v1"
+
+
+def cluster_claim_objects(objs: Any, namespace: str, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ResourceClaimTemplates the file's pods name but do not hold, read from the cluster
+    (`objs`: app.kube.Objects), and the DeviceClasses they ask for: what the preview says a DRA
+    claim holds. A cluster that does not serve DRA's v1 API, or a template not there: none."""
+    from app import kube, preview
+
+    wanted = sorted(preview.claim_template_names(objects))
+    out: list[dict[str, Any]] = []
+    try:
+        if not wanted or not objs.served(DRA_API, "ResourceClaimTemplate"):
+            return []
+        for name in wanted:
+            found = objs.get(DRA_API, "ResourceClaimTemplate", namespace, name)
+            if found is not None:
+                out.append(found)
+    except kube.ApiException as e:  # not allowed to read them: the core's warning still says what may happen
+        print(
+            f"hostnet-rdma: DRA claim templates not read ({kube.refusal(e)}): their device classes not named",
+            file=sys.stderr,
+        )
+        return out
+    classes = {str(r.get("exactly", r).get("deviceClassName") or "") for t in out
+               for r in ((t.get("spec") or {}).get("spec") or {}).get("devices", {}).get("requests") or []
+               if isinstance(r, dict) and isinstance(r.get("exactly", r), dict)}  # fmt: skip
+    for name in sorted(c for c in classes if c):
+        try:
+            found = objs.get(DRA_API, "DeviceClass", "", name)
+        except kube.ApiException:
+            found = None  # a known class name still says its driver (allocators.DRA_CLASSES)
+        if found is not None:
+            out.append(found)
+    return out
 
 
 def without_pods(others: list[Any]) -> tuple[list[str], int]:

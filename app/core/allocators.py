@@ -76,8 +76,26 @@ def _classify(resource: str, extra_prefixes: tuple[str, ...]) -> Allocation | No
 
 
 def _claims(spec: dict[str, Any]) -> list[str]:
-    names = [str(c.get("name")) for c in spec.get("resourceClaims") or [] if isinstance(c, dict)]
-    return names[:MAX_RESOURCES]
+    claims = spec.get("resourceClaims")
+    names = (
+        [str(c.get("name")) for c in claims[:MAX_RESOURCES] if isinstance(c, dict)] if isinstance(claims, list) else []
+    )
+    return names
+
+
+def pod_claims(pod: dict[str, Any]) -> list[str]:
+    """The names of the pod's DRA resource claims (spec.resourceClaims), bounded."""
+    spec = pod.get("spec")
+    return _claims(spec) if isinstance(spec, dict) else []
+
+
+def claims_devices(container: dict[str, Any]) -> bool:
+    """The container uses one of the pod's DRA claims (resources.claims): devices handed out as
+    an extended resource's are, GPUs or NICs (which, admission cannot see: the claim's device
+    class is in its ResourceClaimTemplate)."""
+    resources = container.get("resources")
+    claims = resources.get("claims") if isinstance(resources, dict) else None
+    return isinstance(claims, list) and any(isinstance(c, dict) and c.get("name") for c in claims[:MAX_RESOURCES])
 
 
 def allocation(pod: dict[str, Any], extra_prefixes: tuple[str, ...], dra_nics: bool) -> Allocation | None:
@@ -106,3 +124,13 @@ def allocation(pod: dict[str, Any], extra_prefixes: tuple[str, ...], dra_nics: b
 
 def is_nic_resource(resource: str, extra_prefixes: tuple[str, ...] = ()) -> bool:
     return classify(resource, extra_prefixes) is not None
+
+
+# DRA: what a claim's devices are, by their driver (a DeviceClass's `device.driver == "..."`
+# selector) or a known DeviceClass name. Admission sees neither (they are other objects); the
+# preview reads them where the file holds the ResourceClaimTemplate and DeviceClass.
+DRA_DRIVERS: dict[str, tuple[str, str]] = {
+    "dra.net": ("NIC", "dranet"),
+    "gpu.nvidia.com": ("GPU", "NVIDIA's DRA driver"),
+}
+DRA_CLASSES: dict[str, str] = {"gpu.nvidia.com": "gpu.nvidia.com", "dranet": "dra.net"}

@@ -30,6 +30,11 @@ ENV_EXPANDED_BYTES = 64 << 10
 # The wrapper still decides at run time; admission only cannot warn.
 ANALYSED_COMMAND_BYTES = 64 << 10
 
+# The commands read for an sshd at admission (app/core/hazards.py: the host network's port 22),
+# all of a pod's containers together: the split is interpreted, and each container may hold a
+# script of ANALYSED_COMMAND_BYTES. Past it a command is not read for sshd (no warning).
+SSHD_READ_BYTES = 64 << 10
+
 # A name taken from the pod (a job name from a label, an annotation or an owner reference) is
 # used in the rendezvous defaults and peer patterns only when it is a DNS subdomain of at most
 # this length (what the API server allows for object names); anything else names no pod.

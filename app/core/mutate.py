@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from app.core import allocators, budget, inject, launchers, names, profiles, reasons, wrap
+from app.core import allocators, budget, hazards, inject, launchers, names, profiles, reasons, wrap
 from app.core.launchers import LauncherInfo
 from app.core.launchers.base import pod_labels
 from app.core.params import STEP_NAMES, InjectConfig, Params
@@ -266,6 +266,10 @@ GPU_RESOURCE_SUFFIXES = ("/gpu",)  # nvidia.com/gpu, amd.com/gpu, ...
 
 
 def _requests_devices(container: Obj, rdma_prefixes: tuple[str, ...]) -> bool:
+    """GPUs or RDMA NICs: an extended resource, or a DRA claim (their twin: GPUs and NICs come
+    from resourceClaimTemplateName where the cluster hands them out by DRA)."""
+    if allocators.claims_devices(container):
+        return True
     resources = container.get("resources") or {}
     for kind in ("limits", "requests"):
         for key in resources.get(kind) or {}:
@@ -441,8 +445,8 @@ def _not_training(pod: Obj, info: LauncherInfo, ann: dict[str, str], rdma_prefix
         if _requests_devices(c, rdma_prefixes) or wrap.runs_torch_distributed(c) or _torchrun_env(c):
             return ""
     return (
-        "not a training pod: no container runs torchrun or torch.distributed.run, sets torchrun's PET_* env or "
-        f"requests a GPU or RDMA resource, and no training launcher owns it (label the pod {names.INJECT_LABEL}={names.INJECT_LABEL_VALUE} "
+        "not a training pod: no container runs torchrun or torch.distributed.run, sets torchrun's PET_* env, "
+        f"requests a GPU or RDMA resource or uses a DRA claim, and no training launcher owns it (label the pod {names.INJECT_LABEL}={names.INJECT_LABEL_VALUE} "
         "to plumb it anyway)"
     )
 
@@ -530,6 +534,9 @@ def mutate(pod: Obj, params: Params) -> Result:
             applied.append(step)
         else:
             skipped[step] = outcome
+    # What else breaks on the host network (sshd on 22, Multus, DRA NICs): said, never changed.
+    carry = params.config.dra_claims_carry_nics and ctx.flag(names.ANN_ALLOCATED_NICS, True)
+    hazards.check(out, ctx.warn, carry)
     annotations = meta.get("annotations")
     if not isinstance(annotations, dict):
         annotations = meta["annotations"] = {}

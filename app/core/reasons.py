@@ -23,13 +23,19 @@ ANNOTATION_IGNORED = "AnnotationIgnored"
 # A rendezvous setting that cannot work, of a kind none of the above names (is_host against the
 # endpoint, --master-addr on the wrong rank): the wrapper refuses it at start.
 RENDEZVOUS_REFUSED = "RendezvousRefused"
+# What else breaks on the host network (app/core/hazards.py): sshd on the node's port 22, Multus
+# attachments no CNI makes, DRA NIC claims a host-network pod cannot take.
+SSHD_ON_NODE_PORT = "SshdOnNodePort"
+MULTUS_ON_HOST_NETWORK = "MultusOnHostNetwork"
+DRA_CLAIM_ON_HOST_NETWORK = "DRAClaimOnHostNetwork"
 # Any other warning (a command too long to read at admission).
 GENERAL = "Warning"
 
 REASONS = (
     LEFTOVER_FLAG, NODE_COUNT_UNKNOWN, LOOPBACK_ENDPOINT, ENDPOINT_NAMES_NO_POD, TORCHRUN_NOT_WRAPPED, SHM_CAPPED,
     PRIVILEGE_KEPT, ENV_FROM_OVERRIDDEN, DNS_POLICY_KEPT, MPI_ENV_NOT_FORWARDED, ALLOCATOR_ASSUMED,
-    POD_LEFT_UNCHANGED, ANNOTATION_IGNORED, RENDEZVOUS_REFUSED, GENERAL,
+    POD_LEFT_UNCHANGED, ANNOTATION_IGNORED, RENDEZVOUS_REFUSED, SSHD_ON_NODE_PORT, MULTUS_ON_HOST_NETWORK,
+    DRA_CLAIM_ON_HOST_NETWORK, GENERAL,
 )  # fmt: skip
 
 # The rules' refusals (rules.Plan.fatal_kind, named in the wrapper, which has no core) -> reason.

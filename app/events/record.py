@@ -59,6 +59,14 @@ NOTES = {
     reasons.ANNOTATION_IGNORED: "a hostnet-rdma.io/ annotation has a value that is not understood; it was ignored",
     reasons.RENDEZVOUS_REFUSED: "a rendezvous setting of the command cannot work (is_host against the endpoint, "
     "--master-addr on a rank other than 0): the wrapper refuses to start",
+    reasons.SSHD_ON_NODE_PORT: "sshd in a host-network pod listens on port 22, the node's, where the node's own sshd "
+    "listens: it cannot bind, and mpirun's ssh reaches the node's sshd. Start sshd on another port (sshd -D -p 2222) "
+    'and tell mpirun\'s ssh that port (Open MPI 4: -mca plm_rsh_args "-p 2222"; Open MPI 5: PRTE_MCA_plm_ssh_args)',
+    reasons.MULTUS_ON_HOST_NETWORK: "Multus network attachments on a host-network pod are never made (no CNI runs for "
+    "it): their interfaces never appear and their VFs get no address. Drop hostNetwork, or drop the attachments",
+    reasons.DRA_CLAIM_ON_HOST_NETWORK: "DRA resource claims on a host-network pod: a DRA driver that moves NICs into the "
+    "pod's network namespace has none to move them to (dranet refuses the pod's sandbox). Drop hostNetwork for pods "
+    "whose NICs come from DRA",
     reasons.GENERAL: "an admission warning",
 }
 

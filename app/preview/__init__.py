@@ -19,11 +19,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core import InvalidPod, Params, UnsupportedPod, mutate, names, reasons, selection, wrap
+from app.core import InvalidPod, Params, UnsupportedPod, allocators, hazards, mutate, names, reasons, selection, wrap
+from app.core.launchers import mpijob
 from app.core.mutate import Result
 from app.preview import shellread
 from app.preview.controllers import Expansion
 from app.preview.controllers.common import is_stand_in
+from app.preview.controllers.mpi import IMPLEMENTATION_ENV
 from app.wrapper import rules
 
 Obj = dict[str, Any]
@@ -414,8 +416,10 @@ def rows(
     selectors: selection.Selectors,
     namespace_labels: dict[str, str] | None,
     configmaps: dict[str, dict[str, str]] | None = None,
+    claim_devices: dict[str, list[str]] | None = None,
 ) -> list[Row]:
-    """One row per pod of every object. `params_of(namespace)` gives the webhook's Params there."""
+    """One row per pod of every object. `params_of(namespace)` gives the webhook's Params there.
+    `claim_devices`: what each ResourceClaimTemplate of the file asks for (claim_templates)."""
     out: list[Row] = []
     for ex in expansions:
         for pod in ex.pods:
@@ -445,7 +449,113 @@ def rows(
                     row.refusal = _admission_refusal(result)
             out.append(row)
         _alone(out[len(out) - len(ex.pods) :])
+        _mpi_ssh(out[len(out) - len(ex.pods) :])
+        _claims(out[len(out) - len(ex.pods) :], claim_devices or {})
     return out
+
+
+def _mpi_ssh(rows: list[Row]) -> None:
+    """An MPIJob's workers and launcher, read together (admission sees one pod at a time): the
+    port the workers' sshd listens on, against the ports mpirun's ssh is told on the launcher. A
+    worker on 22 is warned by the core (SshdOnNodePort); here, a worker on another port that the
+    launcher does not dial."""
+    workers = [r for r in rows if mpijob.role(r.before) == "worker" and (r.before.get("spec") or {}).get("hostNetwork")]
+    launchers = [r for r in rows if mpijob.role(r.before) == "launcher"]
+    if not workers or not launchers:
+        return
+    launcher = launchers[0]
+    containers = (launcher.before.get("spec") or {}).get("containers") or []
+    if not containers:
+        return
+    # The operator's own env for the MPI implementation comes after the user's: theirs does not count.
+    overridden = frozenset(k for env in IMPLEMENTATION_ENV.values() for k, _ in env)
+    told = hazards.told_ports(containers[0], overridden)
+    for r in workers:
+        main = ((r.before.get("spec") or {}).get("containers") or [{}])[0]
+        sshd = hazards.sshd_of(main) if isinstance(main, dict) else None
+        if sshd is None or hazards.SSH_PORT in sshd.ports or set(sshd.ports) & told:
+            continue
+        ports = ", ".join(str(p) for p in sshd.ports)
+        said = f"told {', '.join(str(p) for p in sorted(told))}" if told else "not told a port, so it dials 22"
+        r.warnings.append(
+            f"{sshd.container}: sshd listens on port {ports} ({sshd.source}), but mpirun's ssh on {launcher.pod} is "
+            f"{said}: on the host network that is the node's sshd, which refuses the job's key. " + hazards.SSHD_FIX
+        )
+
+
+def claim_templates(objects: list[Obj]) -> dict[str, list[str]]:
+    """What each ResourceClaimTemplate of a file asks for: its device requests' classes, each told
+    as `class (GPU|NIC from DRIVER)` where the class's driver is known (the file's DeviceClass
+    selecting `device.driver == "..."`, or a known class name)."""
+    drivers: dict[str, str] = dict(allocators.DRA_CLASSES)
+    for o in objects:
+        if isinstance(o, dict) and o.get("kind") == "DeviceClass":
+            text = str((o.get("spec") or {}).get("selectors") or "")[:4096]
+            found = _DRIVER.search(text)
+            if found:
+                drivers[str((o.get("metadata") or {}).get("name"))] = found.group(1)
+    out: dict[str, list[str]] = {}
+    for o in objects:
+        if not isinstance(o, dict) or o.get("kind") != "ResourceClaimTemplate":
+            continue
+        spec = ((o.get("spec") or {}).get("spec") or {}).get("devices") or {}
+        told: list[str] = []
+        for request in (spec.get("requests") or [])[:32]:
+            if not isinstance(request, dict):
+                continue
+            exact = request.get("exactly")
+            cls = str((exact if isinstance(exact, dict) else request).get("deviceClassName") or "")
+            kind, who = allocators.DRA_DRIVERS.get(drivers.get(cls, ""), ("", ""))
+            told.append(f"{cls} ({kind}s from {who})" if kind else f"{cls} (a device class hostnet-rdma does not know)")
+        out[str((o.get("metadata") or {}).get("name"))] = told
+    return out
+
+
+def claim_template_names(objects: list[Obj]) -> set[str]:
+    """The ResourceClaimTemplates the pods of a file name (resourceClaimTemplateName), for the
+    preview to read from the cluster those the file does not hold."""
+    found: set[str] = set()
+
+    def walk(x: Any, depth: int) -> None:
+        if depth > 32 or len(found) >= allocators.MAX_RESOURCES:
+            return
+        if isinstance(x, dict):
+            name = x.get("resourceClaimTemplateName")
+            if isinstance(name, str) and name:
+                found.add(name)
+            for v in x.values():
+                walk(v, depth + 1)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v, depth + 1)
+
+    walk(objects, 0)
+    held = {str((o.get("metadata") or {}).get("name")) for o in objects
+            if isinstance(o, dict) and o.get("kind") == "ResourceClaimTemplate"}  # fmt: skip
+    return found - held
+
+
+_DRIVER = re.compile(r"device\.driver\s*==\s*['\"]([^'\"]{1,253})['\"]")
+
+
+def _claims(rows: list[Row], templates: dict[str, list[str]]) -> None:
+    """Say what each DRA claim of a host-network pod holds, where the file has its template."""
+    if not templates:
+        return
+    for r in rows:
+        if not r.sent or not (r.before.get("spec") or {}).get("hostNetwork"):
+            continue
+        for claim in ((r.before.get("spec") or {}).get("resourceClaims") or [])[: allocators.MAX_RESOURCES]:
+            template = claim.get("resourceClaimTemplateName") if isinstance(claim, dict) else None
+            if not isinstance(template, str) or template not in templates:
+                continue
+            asks = templates[template]
+            nics = [a for a in asks if "(NICs from dranet)" in a]
+            line = f"DRA claim {claim.get('name')}: ResourceClaimTemplate {template} asks for {', '.join(asks) or 'no devices'}"
+            if nics:
+                line += (": dranet refuses the sandbox of a host-network pod (\"using host network can not claim host "
+                         "devices\"), so this pod never starts: drop hostNetwork")  # fmt: skip
+            r.warnings.append(line)
 
 
 # A pod's job within its object: a JobSet's replicated job (a TrainJob's initializers and nodes).

@@ -1351,3 +1351,102 @@ def test_not_opted_in_jobs_show_the_seed_symptoms(cluster: Cluster, installed: d
         assert not any(WRAPPER_LINE.search(t) for t in follower.logs.values()), "an unmutated pod was wrapped"
         assert kind in seen, f"{kind}: no symptom in 240 s\n{state}\nlogs: {follower.logs}"
         assert ddp_ok("".join(follower.logs.values()), 2 * NPROC) == 0, "trained across nodes without the webhook?"
+
+
+@pytest.mark.timeout(600)
+def test_an_mpijob_beside_the_node_s_own_sshd_on_port_22(cluster: Cluster, installed: dict[str, float]) -> None:
+    """Issue 67: an MPIJob on the host network whose nodes run an sshd of their own on port 22 (a
+    real sshd in each node's network namespace, with none of the job's keys: a host-network pod
+    pinned to the node, in a namespace the webhook does not see). The tier's image configures
+    sshd and ssh on 2222, as the MPI Operator's images do, so each worker names its port.
+    - Without the fix (`sshd -e -p 22; sleep infinity`: a stock image's default port, and mpirun's
+      ssh dialling 22):
+      the admission warning and the job's Event say SshdOnNodePort, and what they name happens:
+      the worker's sshd cannot bind (`Bind to port 22 ... Address already in use`), and the
+      launcher's ssh reaches the node's sshd, which refuses the job's key.
+    - With the warning's fix (`sshd -De -p 2222`, mpirun told `-mca plm_rsh_args "-p 2222"`,
+      what the launcher's ssh then runs: `ssh -p 2222`): no warning, and the session runs."""
+    image, sites = image_ref(cluster, "train"), torch_sites()
+    held = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"node-sshd-{node}", "namespace": OFF},
+             "spec": {"nodeName": node, "hostNetwork": True, "tolerations": [{"operator": "Exists"}],
+                      "containers": [{"name": "sshd", "image": image, "imagePullPolicy": "Never",
+                                      "command": ["/usr/sbin/sshd", "-De", "-p", "22", "-o", "AuthorizedKeysFile=none"]}]}}
+            for node in cluster.nodes]  # fmt: skip
+
+    def job(name: str, command: list[str], told: str) -> dict[str, Any]:
+        (mpi,) = corpus_job("mpi-operator/nccl-tests", image, sites)
+        mpi["metadata"]["name"] = name
+        worker = mpi["spec"]["mpiReplicaSpecs"]["Worker"]
+        worker["replicas"] = 1
+        worker["template"]["spec"]["containers"][0]["command"] = command
+        launcher = mpi["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+        launcher["args"] = [f"until mpirun {told}-np 1 hostname; do sleep 5; done"]  # no mpirun here: it waits
+        return dict(mpi)
+
+    # The broken worker as many NCCL tests start it (sshd, then wait): the pod stays Ready, so its
+    # name resolves and the launcher's ssh reaches the node.
+    broken = job(
+        "sshd-22", ["/bin/bash", "-c", '/usr/sbin/sshd -De -p 22; echo "sshd exited $?"; exec sleep infinity'], ""
+    )
+    fixed = job("sshd-2222", ["/usr/sbin/sshd", "-De", "-p", "2222"], '-mca plm_rsh_args "-p 2222" ')
+    t0 = time.monotonic()
+    try:
+        launchers.apply_with_retry(cluster, held)
+        for p in held:
+            cluster.kubectl("wait", "--for=condition=Ready", "pod", p["metadata"]["name"], "-n", OFF, "--timeout=60s")
+        launchers.apply_with_retry(cluster, [broken, fixed])
+
+        def launcher_ssh(name: str, port: int, timeout: float) -> str:
+            deadline, said = time.monotonic() + timeout, ""
+            while time.monotonic() < deadline:
+                found = [p for p in pods(cluster, ML, f"training.kubeflow.org/job-name={name}")
+                         if p["metadata"]["labels"].get("training.kubeflow.org/job-role") == "launcher"
+                         and p["status"].get("phase") == "Running"]  # fmt: skip
+                if found:  # ssh says why it failed on its stderr: kept (kubectl gives back stdout)
+                    ssh = (f"ssh -p {port} -o ConnectTimeout=5 -o BatchMode=yes {name}-worker-0.{name} "
+                           "'echo session-on-$(hostname)' 2>&1")  # fmt: skip
+                    said = cluster.kubectl("exec", "-n", ML, found[0]["metadata"]["name"], "--", "sh", "-c", ssh,
+                                           check=False)  # fmt: skip
+                    if "session-on-" in said or "Permission denied" in said:
+                        return said
+                time.sleep(2)
+            return said
+
+        # The fix: the worker's sshd on 2222, the launcher's ssh told 2222: a session, no warning.
+        session = launcher_ssh("sshd-2222", 2222, 120)
+        TIMINGS["MPIJob beside the node's sshd: the fixed job's first ssh session"] = time.monotonic() - t0
+        assert "session-on-" in session, (session[-2000:], cluster.kubectl("get", "pods", "-A", "-o", "wide"))
+        # Without it: the node's sshd answers on 22 and refuses the job's key ...
+        refused = launcher_ssh("sshd-22", 22, 90)
+        where = cluster.kubectl("get", "pods", "-A", "-o", "wide", check=False)
+        assert "Permission denied (publickey" in refused, (refused[-2000:], where)
+        # ... and the worker's own sshd never listened: the bind the warning names failed.
+        deadline, worker_log = time.monotonic() + 60, ""
+        while "Address already in use" not in worker_log and time.monotonic() < deadline:
+            worker_log = cluster.kubectl("logs", "-n", ML, "sshd-22-worker-0", check=False)
+            time.sleep(2)
+        assert "Bind to port 22" in worker_log and "Address already in use" in worker_log, (
+            worker_log[-2000:],
+            cluster.kubectl("describe", "pod", "sshd-22-worker-0", "-n", ML, check=False)[-3000:],
+        )
+        # Said before it ran: the admission warning's reason, as the job's Event.
+        deadline, described = time.monotonic() + 30, ""
+        while "SshdOnNodePort" not in described and time.monotonic() < deadline:
+            described = cluster.kubectl("describe", "mpijob", "sshd-22", "-n", ML)
+            time.sleep(1)
+        assert "SshdOnNodePort" in described, described[-3000:]
+        assert "SshdOnNodePort" not in cluster.kubectl("describe", "mpijob", "sshd-2222", "-n", ML)
+        worker = cluster.kubectl_json("get", "pod", "sshd-22-worker-0", "-n", ML)
+        status = json.loads(worker["metadata"]["annotations"][names.STATUS_ANNOTATION])
+        assert status["launcher"] == "mpijob", status
+        TIMINGS["MPIJob beside the node's sshd: both outcomes"] = time.monotonic() - t0
+    finally:
+        for name in ("sshd-22", "sshd-2222"):
+            cluster.kubectl("delete", "mpijob", name, "-n", ML, "--wait=false", check=False)
+        for p in held:
+            cluster.kubectl("delete", "pod", p["metadata"]["name"], "-n", OFF, "--wait=false", check=False)
+        deadline = time.monotonic() + 90  # the workers hold each node's test GPU
+        while (
+            pods(cluster, ML, "training.kubeflow.org/job-name in (sshd-22,sshd-2222)") and time.monotonic() < deadline
+        ):
+            time.sleep(1)
