@@ -59,6 +59,18 @@ def test_a_node_not_in_the_fleet_probes_nothing_and_a_bad_k_is_refused() -> None
         Schedule(("a", "b"), 0)
 
 
+@pytest.mark.parametrize("peers", range(1, 9))
+def test_a_round_by_hand_probes_every_peer_given_whatever_the_rounds_number(peers: int) -> None:
+    """`fabric-watch --once --peer ...` (the rendezvous tier's silent-drop test, an operator on a
+    node): with an even number of peers, as many slots as peers missed one of them in the rounds
+    holding the bye (the test failed by the wall clock)."""
+    from app.cli.fabricwatch import by_hand_per_round
+
+    nodes = ("me", *(f"peer-{i}" for i in range(peers)))
+    schedule = Schedule(nodes, by_hand_per_round(peers, 2))
+    assert all(sorted(schedule.peers("me", r)) == sorted(nodes[1:]) for r in range(200))
+
+
 def test_every_agent_agrees_on_the_round_from_the_clock() -> None:
     assert round_of(T0.timestamp(), 60) == round_of(T0.timestamp() + 59.9, 60) == int(T0.timestamp()) // 60
     assert round_of(T0.timestamp() + 60, 60) == round_of(T0.timestamp(), 60) + 1

@@ -178,6 +178,13 @@ class OfflineApi:
     def event(self, node: str, kind: str, reason: str, message: str) -> None: ...
 
 
+def by_hand_per_round(peers: int, configured: int) -> int:
+    """Slots a round for a round by hand, where every peer given is probed: with this node, n
+    peers take n + 1 seats (one more, a bye, when that is odd), so n + 1 slots meet them all
+    whatever the round's number (n slots missed one in rounds that hold the bye)."""
+    return min(max(configured, peers + 1), 64)
+
+
 def parse_peers(given: list[str]) -> dict[str, str]:
     peers: dict[str, str] = {}
     for item in given:
@@ -202,8 +209,7 @@ def cmd_fabric_watch(args: argparse.Namespace) -> int:
         return error(
             "--namespace and --service (the agents' headless Service) are required: the fleet is its endpoints"
         )
-    # By hand, every peer given is probed in the one round.
-    per_round = min(max(args.peers_per_round, len(offline)), 64)
+    per_round = by_hand_per_round(len(offline), args.peers_per_round)
     try:
         settings = fleet_agent.Settings(args.node, args.interval, args.heartbeat, per_round, args.taint)
     except ValueError as e:
