@@ -90,6 +90,18 @@ def test_no_stale_goldens() -> None:
     assert not stale, f"expected files without an input case: {stale}"
 
 
+def test_golden_pods_are_named_apart() -> None:
+    """The API-server tier creates every golden pod in one namespace (tests/apiserver): two of the
+    same name make the second a 409 there, far from here."""
+    names: dict[str, str] = {}
+    for case in INPUTS:
+        meta = yaml.safe_load(case.read_text()).get("metadata") or {}
+        name = meta.get("name") or ""
+        if name:
+            assert name not in names, f"{case} and {names[name]} both name a pod {name}"
+            names[name] = str(case)
+
+
 def test_every_launcher_has_cases() -> None:
     dirs = {p.parent.name for p in INPUTS}
     assert {"volcano", "pytorchjob", "trainjob", "jobset", "lws", "generic"} <= dirs

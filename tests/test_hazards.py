@@ -160,6 +160,7 @@ def test_a_pod_whose_gpus_come_from_a_dra_claim_is_a_training_pod() -> None:
 
 def twin(name: str) -> tuple[dict[str, Any], list[str]]:
     case = yaml.safe_load((GOLDEN / f"{name}.yaml").read_text())
+    case["metadata"]["name"] = "gpu-twin-worker-0"  # one name for both (the goldens differ in it)
     result = mutate(case, Params(namespace="default", wrapper_payload="<wrapper-payload>", version="test"))
     return result.pod, [w.reason for w in result.warnings]
 
