@@ -262,6 +262,19 @@ def _connected(direct: Any, asgi: Any = None, held: int = 16 << 20, **config_arg
     return protocol, real
 
 
+def _ok_app(started: list[str]) -> Any:
+    """An ASGI app that reads the body, answers 200 "ok", and notes each path it started."""
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        started.append(scope["path"])
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    return asgi
+
+
 async def _turns(n: int = 5) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
@@ -272,13 +285,7 @@ def test_what_follows_an_unanswered_request_stays_unparsed_until_it_is_answered(
     parsed until it is answered, reading paused meanwhile (uvicorn parsed and queued every
     request it read, and resumed reading on every receive() and response)."""
     started: list[str] = []
-
-    async def asgi(scope: Any, receive: Any, send: Any) -> None:
-        started.append(scope["path"])
-        while (await receive()).get("more_body"):
-            pass
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
-        await send({"type": "http.response.body", "body": b"ok"})
+    asgi = _ok_app(started)
 
     async def go() -> Pausable:
         direct = Deferring()
@@ -369,13 +376,7 @@ def test_a_client_pipelining_chunked_requests_past_the_bound_is_closed_once_thos
     from app.webhook.protocol import MAX_AHEAD
 
     started: list[str] = []
-
-    async def asgi(scope: Any, receive: Any, send: Any) -> None:
-        started.append(scope["path"])
-        while (await receive()).get("more_body"):
-            pass
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
-        await send({"type": "http.response.body", "body": b"ok"})
+    asgi = _ok_app(started)
 
     chunked = b"POST /x HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
 
