@@ -142,9 +142,27 @@ def sshd_of(container: Obj) -> Sshd | None:
     """The sshd the container's command starts (the first), None when it names none or is too
     large to read at admission. Ports, in sshd's order: -p wins over -o Port, which wins over the
     config file; a `Port N` the command writes (echo, sed into sshd_config) stands for the file."""
-    argv = container.get("command") or []
-    if not any(isinstance(w, str) and "sshd" in w for w in [*argv, *(container.get("args") or [])]):
+    if not _argv(container)[1]:
         return None
+    return _sshd_in(container)
+
+
+def _argv(container: Obj) -> tuple[int, bool]:
+    """The size of the container's command and args, and whether a word names sshd: one pass,
+    no list built (this runs for every container of every pod)."""
+    size, named = 0, False
+    for key in ("command", "args"):
+        words = container.get(key)
+        if not isinstance(words, list):
+            continue
+        for w in words:
+            if isinstance(w, str):
+                size += len(w) + 1
+                named = named or "sshd" in w
+    return size, named
+
+
+def _sshd_in(container: Obj) -> Sshd | None:
     command = Command(container)
     words = command.words
     if words is None:
@@ -238,11 +256,11 @@ def _sshd(pod: Obj, warn: Any) -> None:
     for c in containers:
         if not isinstance(c, dict):
             continue
-        size = sum(len(w) + 1 for w in [*(c.get("command") or []), *(c.get("args") or [])] if isinstance(w, str))
+        size, named = _argv(c)
         if size > room:
             continue  # over what one review reads for sshd: said nothing of, as a script too large to read
         room -= size
-        sshd = sshd_of(c)
+        sshd = _sshd_in(c) if named else None
         if sshd is None or SSH_PORT not in sshd.ports:
             continue
         how = {

@@ -209,12 +209,12 @@ def _pod_memory_limit(pod: Obj) -> int | None:
     container's limit when all have one (one without a limit makes the pod unlimited)."""
     spec = _spec(pod)
     pod_level = ((spec.get("resources") or {}).get("limits") or {}).get("memory")
-    if isinstance(pod_level, str | int):
+    if isinstance(pod_level, str) or isinstance(pod_level, int):  # noqa: SIM101  (type tests in mypyc)
         return quantity.parse(str(pod_level))
     total = 0
     for c in spec.get("containers") or []:
         value = ((c.get("resources") or {}).get("limits") or {}).get("memory") if isinstance(c, dict) else None
-        parsed = quantity.parse(str(value)) if isinstance(value, str | int) else None
+        parsed = quantity.parse(str(value)) if isinstance(value, str) or isinstance(value, int) else None  # noqa: SIM101
         if parsed is None:
             return None
         total += parsed

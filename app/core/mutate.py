@@ -78,6 +78,12 @@ class Result:
         self.reason = reason
 
 
+# What an absent list or object reads as in the shape checks (read only, never written): a
+# literal default, `c.get(key, [])`, is a new object at every call.
+_NONE: list[Any] = []
+_EMPTY: Obj = {}
+
+
 def _check_shape(pod: Obj) -> None:
     """The one check of the JSON types of what the core reads, at its entry: a pod the API
     server sends always passes; a forged review with a field of the wrong type (any pod can
@@ -94,29 +100,30 @@ def _check_shape(pod: Obj) -> None:
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         raise InvalidPod("the Pod has no spec")
-    meta = pod.get("metadata", {})
+    meta = pod.get("metadata", _EMPTY)
     if not isinstance(meta, dict):
         raise UnsupportedPod("metadata is not an object")
-    for key in ("labels", "annotations"):
-        _strings(meta.get(key), f"metadata.{key}")
+    _strings(meta.get("labels"), "metadata.labels")
+    _strings(meta.get("annotations"), "metadata.annotations")
     for key in ("name", "generateName", "namespace"):
         if not isinstance(meta.get(key, ""), str):
             raise UnsupportedPod(f"metadata.{key} is not a string")
-    if not isinstance(meta.get("ownerReferences", []), list):
+    refs = meta.get("ownerReferences", _NONE)
+    if not isinstance(refs, list):
         raise UnsupportedPod("metadata.ownerReferences is not a list")
-    for ref in meta.get("ownerReferences") or ():
+    for ref in refs:
         if not isinstance(ref, dict):
             raise UnsupportedPod("metadata.ownerReferences is not a list of objects")
         for key in ("apiVersion", "kind", "name", "uid"):
             if not isinstance(ref.get(key, ""), str):
                 raise UnsupportedPod(f"metadata.ownerReferences: {key} is not a string")
     _strings(spec.get("nodeSelector"), "spec.nodeSelector")
-    _resources(spec, "spec")
+    _resources(spec, None)
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise UnsupportedPod("spec.containers is missing or empty")
     for key in ("volumes", "initContainers", "ephemeralContainers", "resourceClaims"):
-        if not isinstance(spec.get(key, []), list):
+        if not isinstance(spec.get(key, _NONE), list):
             raise UnsupportedPod(f"spec.{key} is not a list")
     for v in spec.get("volumes") or ():
         if not isinstance(v, dict) or not isinstance(v.get("name"), str):
@@ -144,15 +151,16 @@ def _check_container(c: Any, which: str, seen: set[str]) -> None:
     if name in seen:
         raise UnsupportedPod(f"container name {name!r} appears twice")
     seen.add(name)
+    # Defaults _NONE and _EMPTY, not `[]` and `{}`: those are new objects at every call.
     for key in ("env", "volumeMounts", "envFrom"):
-        items = c.get(key, [])
+        items = c.get(key, _NONE)
         if not isinstance(items, list):
             raise UnsupportedPod(f"container {name}: {key} is not a list of objects")
         for x in items:  # a loop, not all(genexpr): this runs for every container of every pod
             if not isinstance(x, dict):
                 raise UnsupportedPod(f"container {name}: {key} is not a list of objects")
     for key in ("command", "args"):
-        words = c.get(key, [])
+        words = c.get(key, _NONE)
         if not isinstance(words, list):
             raise UnsupportedPod(f"container {name}: {key} is not a list")
         for word in words:
@@ -161,31 +169,44 @@ def _check_container(c: Any, which: str, seen: set[str]) -> None:
     for key in ("image", "workingDir"):
         if not isinstance(c.get(key, ""), str):
             raise UnsupportedPod(f"container {name}: {key} is not a string")
-    sc = c.get("securityContext", {})
-    if not isinstance(sc, dict) or not isinstance(sc.get("capabilities", {}), dict):
+    sc = c.get("securityContext", _EMPTY)
+    if not isinstance(sc, dict) or not isinstance(sc.get("capabilities", _EMPTY), dict):
         raise UnsupportedPod(f"container {name}: securityContext is not an object")
-    caps = sc.get("capabilities", {})
-    if not isinstance(caps.get("add", []), list) or not isinstance(caps.get("drop", []), list):
+    caps = sc.get("capabilities", _EMPTY)
+    if not isinstance(caps.get("add", _NONE), list) or not isinstance(caps.get("drop", _NONE), list):
         raise UnsupportedPod(f"container {name}: capabilities add/drop are not lists")
-    _resources(c, f"container {name}:")
+    _resources(c, name)
 
 
-def _resources(owner: Obj, where: str) -> None:
-    """`resources` (a container's, or the pod's) and its limits and requests are objects."""
+def _resources(owner: Obj, container: str | None) -> None:
+    """`resources` (a container's, or the pod's) and its limits and requests are
+    objects. The message's prefix is made only for a refusal: this runs for every container.
+    container: its name, None for the pod's."""
     resources = owner.get("resources")
     if resources is None:
         return
     if not isinstance(resources, dict):
-        raise UnsupportedPod(f"{where} resources is not an object")
+        raise UnsupportedPod(f"{_owner(container)} resources is not an object")
     for kind in ("limits", "requests"):
         amounts = resources.get(kind)
         if amounts is None:
             continue
         if not isinstance(amounts, dict):
-            raise UnsupportedPod(f"{where} resources.{kind} is not an object")
+            raise UnsupportedPod(f"{_owner(container)} resources.{kind} is not an object")
         for amount in amounts.values():
-            if not isinstance(amount, str | int | float) or isinstance(amount, bool):
-                raise UnsupportedPod(f"{where} resources.{kind} is not an object of quantities")
+            if not _quantity_typed(amount):
+                raise UnsupportedPod(f"{_owner(container)} resources.{kind} is not an object of quantities")
+
+
+def _quantity_typed(value: Any) -> bool:
+    # Type tests, as mypyc compiles them: `isinstance(x, str | int | float)` builds a union each time.
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, str) or isinstance(value, int) or isinstance(value, float)  # noqa: SIM101
+
+
+def _owner(container: str | None) -> str:
+    return "spec" if container is None else f"container {container}:"
 
 
 def _strings(value: Any, field: str) -> None:
@@ -404,7 +425,7 @@ def _container_copy(container: Any) -> Any:
     out = dict(container)
     for key in WRITTEN:
         value = out.get(key)
-        if isinstance(value, dict | list):
+        if isinstance(value, dict) or isinstance(value, list):  # noqa: SIM101  (type tests in mypyc)
             try:
                 out[key] = _json_copy(value, MAX_NESTING)
             except UnsupportedPod as e:

@@ -168,12 +168,16 @@ class Command:
             self.too_large = str(e)
         except ValueError:  # unbalanced quotes: the shell will complain, not us
             pass
-        self.torchrun = None if self.words is None else _torchrun_in(self.words)
-        # The script sets or unsets torchrun's PET_* env (or the wrapper's) before it runs torchrun
-        # (`PET_NNODES=2 torchrun`, `export PET_...`): what the rules decide from them is known
-        # only when the script runs.
-        start = None if self.words is None else _torchrun_start(self.words)
-        self.sets_env = start is not None and any(_SETS_ENV.match(w) for w in (self.words or [])[:start])
+        self._start = None if self.words is None else _torchrun_start(self.words)
+        self.torchrun = None if self.words is None else _torchrun_after(self.words, self._start)
+
+    def sets_env(self) -> bool:
+        """The script sets or unsets torchrun's PET_* env (or the wrapper's) before it runs
+        torchrun (`PET_NNODES=2 torchrun`, `export PET_...`): what the rules decide from them is
+        known only when the script runs. Asked only where a decision would refuse the pod."""
+        if self.words is None or self._start is None:
+            return False
+        return any(_SETS_ENV.match(w) for w in self.words[: self._start])
 
 
 _SETS_ENV = re.compile(r"(PET_|HOSTNET_RDMA_)[A-Z0-9_]*(=|$)")
@@ -201,8 +205,7 @@ def _torchrun_start(words: list[str]) -> int | None:
     return None
 
 
-def _torchrun_in(words: list[str]) -> list[str] | None:
-    start = _torchrun_start(words)
+def _torchrun_after(words: list[str], start: int | None) -> list[str] | None:
     if start is None:
         return None
     rest = words[start:]
@@ -265,7 +268,7 @@ def _endpoint_check(c: Obj, command: Command, ctx: Context, owned: dict[str, str
         return
     if plan.endpoint_problem and "$" not in plan.endpoint:
         ctx.warn(reasons.ENDPOINT_NAMES_NO_POD, f"{c.get('name')}: {plan.endpoint_problem}")
-    if plan.fatal and args is not None and not command.sets_env:
+    if plan.fatal and args is not None and not command.sets_env():
         ctx.problem(
             reasons.of_refusal(plan.fatal_kind), f"{c.get('name')}: wrapper will refuse: {plan.fatal}", plan.fatal
         )
