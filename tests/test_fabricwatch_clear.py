@@ -186,6 +186,19 @@ def test_a_refused_node_is_named_and_the_others_are_still_cleared() -> None:
     assert [n for n, _ in out.changed] == ["a", "c"]
 
 
+def test_a_list_that_breaks_off_keeps_what_was_cleared_and_says_so() -> None:
+    api = FakeApi(node("a"), node("b"))
+
+    def pages() -> Any:
+        yield api.node("a")
+        raise RuntimeError("410 Gone: the continue token expired")
+
+    api.nodes = pages  # type: ignore[method-assign]
+    out = cleanup.clear(api)
+    assert [n for n, _ in out.changed] == ["a"] and out.seen == 1
+    assert out.list_error == "410 Gone: the continue token expired"
+
+
 def test_a_node_deleted_meanwhile_is_skipped() -> None:
     api = FakeApi(node("a"))
     api.writes_between["a"] = 1
@@ -261,3 +274,30 @@ def test_json_patch_paths_escape_the_annotation_key() -> None:
     assert ops is not None
     assert jsonpatch.apply_patch(doc, ops)["metadata"]["annotations"] == {"a/b": "c"}
     assert json.dumps(ops)  # plain JSON, as it goes on the wire
+
+
+def test_the_command_prints_a_line_per_node_changed_and_exits_1_naming_the_failed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app import kube
+
+    api = FakeApi(node("a"), node("b"), node("clean", condition=False, annotation=False, taint=False))
+    api.refuse.add("b")
+    monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context: None)
+    monkeypatch.setattr(kube, "NodeCleanupApi", lambda client: api)
+    assert main(["fabric-watch", "--clear"]) == 1
+    got = capsys.readouterr()
+    assert got.out == (f"a: removed condition {cond.CONDITION}, annotation {rep.ANNOTATION}, taint {cond.TAINT_KEY}\n")
+    assert "1 of 3 Node(s) changed, 1 failed" in got.err
+    assert (
+        "could not clear Node b: 403 Forbidden" in got.err
+        and "run `hostnet-rdma fabric-watch --clear` again" in got.err
+    )
+    api.refuse.clear()
+    assert main(["fabric-watch", "--clear"]) == 0
+    assert (
+        capsys.readouterr().out
+        == f"b: removed condition {cond.CONDITION}, annotation {rep.ANNOTATION}, taint {cond.TAINT_KEY}\n"
+    )
+    assert main(["fabric-watch", "--clear"]) == 0
+    assert capsys.readouterr().out == "", "idempotent"

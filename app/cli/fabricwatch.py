@@ -239,12 +239,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
             print(f"hostnet-rdma: warning: {len(remaining)} fabric-watch agent pod(s) still there after "
                   f"{args.timeout:g} s: {', '.join(remaining[:10])}" + (", ..." if len(remaining) > 10 else "")
                   + "; clearing anyway", file=sys.stderr)  # fmt: skip
-    try:
-        out = cleanup.clear(api)
-    except Exception as e:  # the list of Nodes itself: nothing was looked at
-        print(f"hostnet-rdma: error: could not list the Nodes, none cleared: {e} (the command needs get, list and "
-              f"patch on nodes, patch on nodes/status); run `{CLEAR_COMMAND}` again", file=sys.stderr)  # fmt: skip
-        return 1
+    out = cleanup.clear(api)
     for node, removed in out.changed:
         print(f"{node}: removed {', '.join(removed)}", flush=True)
     print(f"hostnet-rdma: fabric-watch --clear: {len(out.changed)} of {out.seen} Node(s) changed, "
@@ -256,6 +251,11 @@ def cmd_clear(args: argparse.Namespace) -> int:
     if out.failed:
         print(f"hostnet-rdma: {len(out.failed)} Node(s) still carry the fabric watch's marks "
               f"({', '.join(n for n, _ in out.failed[:10])}): run `{CLEAR_COMMAND}` again", file=sys.stderr)  # fmt: skip
+    if out.list_error:
+        print(f"hostnet-rdma: error: could not list the Nodes (after {out.seen}): {out.list_error}; the command "
+              f"needs get, list and patch on nodes, patch on nodes/status: run `{CLEAR_COMMAND}` again",
+              file=sys.stderr)  # fmt: skip
+        code = 1
     if remaining:
         print(f"hostnet-rdma: error: agents still running may write their condition again: once their pods are "
               f"gone, run `{CLEAR_COMMAND}` again", file=sys.stderr)  # fmt: skip

@@ -110,11 +110,12 @@ class CleanupApi(Protocol):
 @dataclass
 class Outcome:
     """What a clear did: the Nodes changed (and what came off each), the Nodes it could not clear
-    (and why), how many Nodes it looked at."""
+    (and why), how many Nodes it looked at, and why the list of Nodes broke off (empty: it did not)."""
 
     changed: list[tuple[str, list[str]]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     seen: int = 0
+    list_error: str = ""
 
 
 def clear_one(api: CleanupApi, node: dict[str, Any]) -> list[str]:
@@ -142,21 +143,29 @@ def clear_one(api: CleanupApi, node: dict[str, Any]) -> list[str]:
 def clear(api: CleanupApi) -> Outcome:
     """Take our condition, annotation and taint off every Node, everything else left as it is.
     A Node that fails is recorded and the others are still cleared; a Node with nothing of ours
-    is not written (a second run writes nothing)."""
+    is not written (a second run writes nothing). A list that breaks off is recorded too, with what
+    was cleared until then."""
     out = Outcome()
-    for node in api.nodes():
-        out.seen += 1
-        name = str((node.get("metadata") or {}).get("name", ""))
-        if not leftovers(node):
-            continue
-        try:
-            removed = clear_one(api, node)
-        except Exception as e:  # this Node only: the others are still cleared
-            out.failed.append((name, str(e) or type(e).__name__))
-            continue
-        if removed:
-            out.changed.append((name, removed))
+    try:
+        for node in api.nodes():
+            out.seen += 1
+            _clear_into(api, node, out)
+    except Exception as e:  # the list itself (a page refused): the Nodes not reached stay as they are
+        out.list_error = str(e) or type(e).__name__
     return out
+
+
+def _clear_into(api: CleanupApi, node: dict[str, Any], out: Outcome) -> None:
+    name = str((node.get("metadata") or {}).get("name", ""))
+    if not leftovers(node):
+        return
+    try:
+        removed = clear_one(api, node)
+    except Exception as e:  # this Node only: the others are still cleared
+        out.failed.append((name, str(e) or type(e).__name__))
+        return
+    if removed:
+        out.changed.append((name, removed))
 
 
 # ------------------------------------------------------------------ the agents first
