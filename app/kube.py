@@ -37,6 +37,7 @@ __all__ = [
     "ApiException",
     "EventSender",
     "NodeAgentApi",
+    "NodeCleanupApi",
     "Objects",
     "SelfManagedCerts",
     "api_client",
@@ -636,3 +637,74 @@ class NodeAgentApi:
             "source": {"component": "hostnet-rdma-fabric-watch", "host": node},
         }  # fmt: skip
         self.core.create_namespaced_event(self.event_namespace, body, _request_timeout=self.timeout)  # type: ignore[arg-type]
+
+
+class NodeCleanupApi:
+    """`fabric-watch --clear`'s calls (app.fleet.cleanup.CleanupApi): every Node, page by page (a
+    10,000-node fleet is never held whole), JSON patches of nodes with the resourceVersion read,
+    strategic merges of nodes/status; and the agents' pods, to wait until they are gone. Every
+    call is bounded in time; a refusal raises with the API server's message."""
+
+    PAGE = 100
+
+    def __init__(self, api: client.ApiClient, timeout_seconds: float = 10.0) -> None:
+        self.core = client.CoreV1Api(api)
+        self.timeout = timeout_seconds
+
+    @staticmethod
+    def _failed(e: ApiException) -> RuntimeError:
+        return RuntimeError(refusal(e))
+
+    def nodes(self) -> Iterator[dict[str, Any]]:
+        token = ""
+        while True:
+            try:
+                resp: Any = self.core.list_node(limit=self.PAGE, _continue=token or None, _preload_content=False,
+                                                _request_timeout=self.timeout)  # fmt: skip
+            except ApiException as e:
+                raise self._failed(e) from None
+            page: dict[str, Any] = json.loads(resp.data)
+            yield from page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        try:
+            resp: Any = self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise self._failed(e) from None
+        data: dict[str, Any] = json.loads(resp.data)
+        return data
+
+    def patch_node(self, name: str, ops: list[dict[str, Any]]) -> bool:
+        """A JSON patch (the client sends a list body as application/json-patch+json); False on
+        409, when the Node changed since the resourceVersion in `ops` was read."""
+        try:
+            self.core.patch_node(name, ops, _request_timeout=self.timeout)
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            if e.status == 404:
+                return True  # gone: nothing of ours left on it
+            raise self._failed(e) from None
+        return True
+
+    def patch_node_status(self, name: str, body: dict[str, Any]) -> None:
+        """A strategic merge of nodes/status (the client's content type for a dict body)."""
+        try:
+            self.core.patch_node_status(name, body, _request_timeout=self.timeout)
+        except ApiException as e:
+            if e.status != 404:
+                raise self._failed(e) from None
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        try:
+            resp: Any = self.core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False,
+                                                      _request_timeout=self.timeout)  # fmt: skip
+        except ApiException as e:
+            raise self._failed(e) from None
+        items: list[dict[str, Any]] = json.loads(resp.data)["items"]
+        return items

@@ -1,7 +1,8 @@
 """The chart's fabric watch (fabricwatch-*.yaml): off by default; on, a hardened host-network
 DaemonSet with NET_RAW only, RBAC that reads only the Nodes it is told and writes only through
-the policy, the policy itself, the ServiceMonitor; a snapshot; bad values refused. The policy is
-exercised against the real API server in tests/apiserver/test_fabricwatch_policy.py."""
+the policy, the policy itself, the ServiceMonitor; the post-delete hook that clears the agents'
+marks on uninstall; a snapshot; bad values refused. The policy is exercised against the real API
+server in tests/apiserver/test_fabricwatch_policy.py, the clear in test_fabricwatch_clear.py."""
 
 from __future__ import annotations
 
@@ -28,6 +29,15 @@ def rendered(*args: str) -> list[dict[str, Any]]:
 
 def ours(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [d for d in docs if "fabric-watch" in d["metadata"]["name"]]
+
+
+def is_hook(d: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in (d["metadata"].get("annotations") or {})
+
+
+def agent(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The agent's objects: the fabric watch's, less the uninstall hook's."""
+    return [d for d in ours(docs) if not is_hook(d)]
 
 
 def test_off_by_default() -> None:
@@ -67,7 +77,7 @@ def test_the_daemonset_is_host_network_with_net_raw_only_on_the_nodes_named() ->
 
 
 def test_rbac_reads_nodes_by_name_and_patches_through_the_policy_only() -> None:
-    docs = ours(rendered(*ON))
+    docs = agent(rendered(*ON))
     rules = {
         (d["kind"], d["metadata"].get("namespace", "")): d["rules"]
         for d in docs
@@ -118,8 +128,82 @@ def test_the_service_is_headless_and_the_service_monitor_scrapes_it() -> None:
     (["--set", "fabricWatch.netdevs={rdma0;reboot}"], "at '/fabricWatch/netdevs/0'"),
     (["--set", "fabricWatch.metricsPort=80"], "at '/fabricWatch/metricsPort'"),
     (["--set", "fabricWatch.enabeld=true"], "fabricWatch"),
+    (["--set", "fabricWatch.clearOnUninstall=yes"], "at '/fabricWatch/clearOnUninstall'"),
     (["--set", "fabricWatch.enabled=true", "--set", "fabricWatch.heartbeat=30"], "heartbeat must be at least"),
 ])  # fmt: skip
 def test_bad_values_fail_with_a_readable_error(args: list[str], message: str) -> None:
     p = template(*args)
     assert p.returncode != 0 and message in p.stderr, p.stderr
+
+
+# ------------------------------------------------------------------------------ the uninstall hook
+HOOK = "hostnet-rdma-fabric-watch-clear"
+HOOK_KINDS = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Job"]
+
+
+def hook_objects(*args: str) -> list[dict[str, Any]]:
+    return [d for d in rendered(*args) if is_hook(d) and d["metadata"]["annotations"]["helm.sh/hook"] != "test"]
+
+
+def test_the_uninstall_hook_is_on_with_the_agent_and_off_with_its_value() -> None:
+    assert hook_objects() == [], "no agent, nothing to clear"
+    assert [d["kind"] for d in hook_objects("--set", "fabricWatch.enabled=true")] == HOOK_KINDS
+    assert hook_objects("--set", "fabricWatch.enabled=true", "--set", "fabricWatch.clearOnUninstall=false") == []
+
+
+def test_the_hook_runs_after_delete_rbac_first_and_is_deleted_once_it_succeeded() -> None:
+    docs = hook_objects(*ON)
+    assert [d["kind"] for d in docs] == HOOK_KINDS
+    for d in docs:
+        notes = d["metadata"]["annotations"]
+        assert d["metadata"]["name"] == HOOK
+        assert notes["helm.sh/hook"] == "post-delete"
+        assert notes["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        assert notes["helm.sh/hook-weight"] == ("0" if d["kind"] == "Job" else "-5"), "the RBAC exists before the Job"
+        assert d["metadata"].get("namespace", "hostnet-rdma-system") == "hostnet-rdma-system"
+
+
+def test_the_hooks_rbac_is_least_privilege() -> None:
+    docs = hook_objects(*ON)
+    rules = {d["kind"]: d["rules"] for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    assert rules == {
+        "ClusterRole": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+                        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}],
+        "Role": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
+    }  # fmt: skip
+    subjects = [d["subjects"] for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert subjects == [[{"kind": "ServiceAccount", "name": HOOK, "namespace": "hostnet-rdma-system"}]] * 2
+    assert [d["roleRef"]["name"] for d in docs if "roleRef" in d] == [HOOK, HOOK]
+
+
+def test_the_agents_policy_does_not_hold_the_hook() -> None:
+    (policy,) = [d for d in agent(rendered(*ON)) if d["kind"] == "ValidatingAdmissionPolicy"]
+    (match,) = policy["spec"]["matchConditions"]
+    assert match["expression"].endswith(':hostnet-rdma-fabric-watch"') and HOOK not in match["expression"]
+    (job,) = [d for d in hook_objects(*ON) if d["kind"] == "Job"]
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == HOOK
+
+
+def test_the_hooks_job_is_hardened_bounded_and_runs_on_a_tainted_fleet() -> None:
+    docs = rendered(*ON, "--set-json", 'fabricWatch.tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]')
+    (job,) = [d for d in docs if d["kind"] == "Job"]
+    (webhook,) = [d for d in docs if d["kind"] == "Deployment"]
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    spec = job["spec"]
+    pod = spec["template"]["spec"]
+    (c,) = pod["containers"]
+    assert spec["backoffLimit"] <= 3 and 0 < spec["activeDeadlineSeconds"] <= 900
+    assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is True
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    assert c["image"] == webhook["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert pod["tolerations"] == [{"key": cond.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+                                  {"key": "nvidia.com/gpu", "operator": "Exists"}]  # fmt: skip
+    agents = ds["spec"]["selector"]["matchLabels"]
+    selector = ",".join(f"{k}={v}" for k, v in agents.items())
+    assert c["args"] == ["fabric-watch", "--clear", f"--wait-for-agents=hostnet-rdma-system/{selector}", "--timeout=60"]
+    labels = spec["template"]["metadata"]["labels"]
+    assert not all(labels.get(k) == v for k, v in agents.items()), "the Job's pod must not wait for itself"

@@ -22,6 +22,7 @@ from typing import Any
 
 from app.cli.common import error
 from app.fleet import agent as fleet_agent
+from app.fleet import cleanup
 from app.fleet import condition as cond
 from app.fleet import report as rep
 from app.wrapper import fabric, pathprobe
@@ -196,7 +197,77 @@ def parse_peers(given: list[str]) -> dict[str, str]:
     return peers
 
 
+CLEAR_COMMAND = "hostnet-rdma fabric-watch --clear"
+
+
+def parse_agents(given: str) -> tuple[str, str]:
+    """`--wait-for-agents NAMESPACE/SELECTOR`: split at the first `/` (a namespace has none; a
+    label selector often does, `app.kubernetes.io/component=fabric-watch`)."""
+    namespace, _, selector = given.partition("/")
+    if not namespace or not selector:
+        raise ValueError(f"--wait-for-agents {given}: give NAMESPACE/SELECTOR, e.g. "
+                         "hostnet-rdma-system/app.kubernetes.io/component=fabric-watch")  # fmt: skip
+    return namespace, selector
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    """`fabric-watch --clear`: wait (bounded) until no agent pod is left, then take our condition,
+    report annotation and taint off every Node (app.fleet.cleanup decides what); one line per
+    Node changed. Exit 0 when done, 1 when a Node could not be cleared or agents are still there."""
+    if args.once or args.peer:
+        return error("--clear takes the fabric watch's marks off every Node: it does not go with --once or --peer")
+    try:
+        agents = parse_agents(args.wait_for_agents) if args.wait_for_agents else None
+    except ValueError as e:
+        return error(str(e))
+    if args.timeout <= 0:
+        return error(f"--timeout {args.timeout}: give the seconds to wait for the agents, more than 0")
+    from app import kube
+
+    try:
+        api = kube.NodeCleanupApi(kube.api_client(args.kubeconfig, args.context))
+    except kube.KubeconfigError as e:
+        return error(str(e))
+    remaining: list[str] = []
+    if agents:
+        namespace, selector = agents
+        remaining = cleanup.wait_for_agents(lambda: api.pods(namespace, selector), args.timeout, time.monotonic,
+                                            time.sleep)  # fmt: skip
+        if remaining:
+            # Cleared all the same: a pod stuck terminating on a node that is gone never leaves,
+            # and its marks must not stay. Said, and the exit code says it too.
+            print(f"hostnet-rdma: warning: {len(remaining)} fabric-watch agent pod(s) still there after "
+                  f"{args.timeout:g} s: {', '.join(remaining[:10])}" + (", ..." if len(remaining) > 10 else "")
+                  + "; clearing anyway", file=sys.stderr)  # fmt: skip
+    out = cleanup.clear(api)
+    for node, removed in out.changed:
+        print(f"{node}: removed {', '.join(removed)}", flush=True)
+    print(f"hostnet-rdma: fabric-watch --clear: {len(out.changed)} of {out.seen} Node(s) changed, "
+          f"{len(out.failed)} failed", file=sys.stderr)  # fmt: skip
+    code = 0
+    for node, why in out.failed:
+        print(f"hostnet-rdma: error: could not clear Node {node}: {why}", file=sys.stderr)
+        code = 1
+    if out.failed:
+        print(f"hostnet-rdma: {len(out.failed)} Node(s) still carry the fabric watch's marks "
+              f"({', '.join(n for n, _ in out.failed[:10])}): run `{CLEAR_COMMAND}` again", file=sys.stderr)  # fmt: skip
+    if out.list_error:
+        print(f"hostnet-rdma: error: could not list the Nodes (after {out.seen}): {out.list_error}; the command "
+              f"needs get, list and patch on nodes, patch on nodes/status: run `{CLEAR_COMMAND}` again",
+              file=sys.stderr)  # fmt: skip
+        code = 1
+    if remaining:
+        print(f"hostnet-rdma: error: agents still running may write their condition again: once their pods are "
+              f"gone, run `{CLEAR_COMMAND}` again", file=sys.stderr)  # fmt: skip
+        code = 1
+    return code
+
+
 def cmd_fabric_watch(args: argparse.Namespace) -> int:
+    if args.clear:
+        return cmd_clear(args)
+    if args.wait_for_agents:
+        return error("--wait-for-agents goes with --clear")
     if not args.node:
         return error("--node (or NODE_NAME from the downward API) is required: the Node this agent reports on")
     if args.peer and not args.once:
@@ -279,6 +350,13 @@ def register(sub: Any) -> None:
     w.add_argument("--once", action="store_true", help="one round, print it as JSON, exit (1 when degraded)")
     w.add_argument("--peer", action="append", default=[], metavar="NAME=IP",
                    help="with --once: probe this peer (repeat), without the API server; nothing is written")  # fmt: skip
+    w.add_argument("--clear", action="store_true",
+                   help="take the fabric watch's condition, report annotation and taint off every Node, "
+                        "everything else kept (after `helm uninstall --no-hooks`); one line per Node changed")  # fmt: skip
+    w.add_argument("--wait-for-agents", metavar="NAMESPACE/SELECTOR",
+                   help="with --clear: first wait until no pod of this selector is left (the agents)")  # fmt: skip
+    w.add_argument("--timeout", type=float, default=120.0,
+                   help="with --wait-for-agents: seconds to wait for the agents (default 120)")  # fmt: skip
     w.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     w.add_argument("--kubeconfig", help="kubeconfig (default: the pod's credentials)")
     w.add_argument("--context", help="kubeconfig context")
