@@ -23,7 +23,7 @@ wrap.Command: budget.ANALYSED_COMMAND_BYTES).
 from __future__ import annotations
 
 import re
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -33,6 +33,7 @@ from app.core.wrap import Command
 Obj = dict[str, Any]
 
 SSH_PORT = 22
+_ARGV: Final[tuple[str, str]] = ("command", "args")  # a constant: a literal is built at every call
 # The most containers (regular and init) whose commands are read for sshd, and attachments named.
 MAX_CONTAINERS = 16
 MAX_NAMED = 8
@@ -151,7 +152,7 @@ def _argv(container: Obj) -> tuple[int, bool]:
     """The size of the container's command and args, and whether a word names sshd: one pass,
     no list built (this runs for every container of every pod)."""
     size, named = 0, False
-    for key in ("command", "args"):
+    for key in _ARGV:
         words = container.get(key)
         if not isinstance(words, list):
             continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -78,6 +78,19 @@ class Result:
         self.reason = reason
 
 
+# The keys the loops below visit, as constants: a tuple literal in a loop is built at every
+# call in the compiled core, and iterated generically.
+_META_STRINGS: Final[tuple[str, str, str]] = ("name", "generateName", "namespace")
+_OWNER_STRINGS: Final[tuple[str, str, str, str]] = ("apiVersion", "kind", "name", "uid")
+_SPEC_LISTS: Final[tuple[str, str, str, str]] = ("volumes", "initContainers", "ephemeralContainers", "resourceClaims")
+_OBJECT_LISTS: Final[tuple[str, str, str]] = ("env", "volumeMounts", "envFrom")
+_ARGV: Final[tuple[str, str]] = ("command", "args")
+_CONTAINER_STRINGS: Final[tuple[str, str]] = ("image", "workingDir")
+_AMOUNTS: Final[tuple[str, str]] = ("limits", "requests")
+_NAMED_CONTAINERS: Final[tuple[str, str]] = ("containers", "ephemeralContainers")
+_RUN_CONTAINERS: Final[tuple[str, str]] = ("containers", "initContainers")
+_COPIED_LISTS: Final[tuple[str, str]] = ("volumes", "initContainers")
+
 # What an absent list or object reads as in the shape checks (read only, never written): a
 # literal default, `c.get(key, [])`, is a new object at every call.
 _NONE: list[Any] = []
@@ -105,7 +118,7 @@ def _check_shape(pod: Obj) -> None:
         raise UnsupportedPod("metadata is not an object")
     _strings(meta.get("labels"), "metadata.labels")
     _strings(meta.get("annotations"), "metadata.annotations")
-    for key in ("name", "generateName", "namespace"):
+    for key in _META_STRINGS:
         if not isinstance(meta.get(key, ""), str):
             raise UnsupportedPod(f"metadata.{key} is not a string")
     refs = meta.get("ownerReferences", _NONE)
@@ -114,7 +127,7 @@ def _check_shape(pod: Obj) -> None:
     for ref in refs:
         if not isinstance(ref, dict):
             raise UnsupportedPod("metadata.ownerReferences is not a list of objects")
-        for key in ("apiVersion", "kind", "name", "uid"):
+        for key in _OWNER_STRINGS:
             if not isinstance(ref.get(key, ""), str):
                 raise UnsupportedPod(f"metadata.ownerReferences: {key} is not a string")
     _strings(spec.get("nodeSelector"), "spec.nodeSelector")
@@ -122,7 +135,7 @@ def _check_shape(pod: Obj) -> None:
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise UnsupportedPod("spec.containers is missing or empty")
-    for key in ("volumes", "initContainers", "ephemeralContainers", "resourceClaims"):
+    for key in _SPEC_LISTS:
         if not isinstance(spec.get(key, _NONE), list):
             raise UnsupportedPod(f"spec.{key} is not a list")
     for v in spec.get("volumes") or ():
@@ -152,21 +165,21 @@ def _check_container(c: Any, which: str, seen: set[str]) -> None:
         raise UnsupportedPod(f"container name {name!r} appears twice")
     seen.add(name)
     # Defaults _NONE and _EMPTY, not `[]` and `{}`: those are new objects at every call.
-    for key in ("env", "volumeMounts", "envFrom"):
+    for key in _OBJECT_LISTS:
         items = c.get(key, _NONE)
         if not isinstance(items, list):
             raise UnsupportedPod(f"container {name}: {key} is not a list of objects")
         for x in items:  # a loop, not all(genexpr): this runs for every container of every pod
             if not isinstance(x, dict):
                 raise UnsupportedPod(f"container {name}: {key} is not a list of objects")
-    for key in ("command", "args"):
+    for key in _ARGV:
         words = c.get(key, _NONE)
         if not isinstance(words, list):
             raise UnsupportedPod(f"container {name}: {key} is not a list")
         for word in words:
             if not isinstance(word, str):
                 raise UnsupportedPod(f"container {name}: {key} is not a list of strings")
-    for key in ("image", "workingDir"):
+    for key in _CONTAINER_STRINGS:
         if not isinstance(c.get(key, ""), str):
             raise UnsupportedPod(f"container {name}: {key} is not a string")
     sc = c.get("securityContext", _EMPTY)
@@ -187,7 +200,7 @@ def _resources(owner: Obj, container: str | None) -> None:
         return
     if not isinstance(resources, dict):
         raise UnsupportedPod(f"{_owner(container)} resources is not an object")
-    for kind in ("limits", "requests"):
+    for kind in _AMOUNTS:
         amounts = resources.get(kind)
         if amounts is None:
             continue
@@ -245,7 +258,7 @@ def _check_names(pod: Obj) -> None:
     of that name would be adopted (the wrapper copied into the user's PVC), a user's container
     of that name duplicated (the API server refuses the pod, whatever failurePolicy says)."""
     spec = pod["spec"]
-    for key in ("containers", "ephemeralContainers"):
+    for key in _NAMED_CONTAINERS:
         for c in spec.get(key) or []:
             if isinstance(c, dict) and c.get("name") == names.INIT_CONTAINER:
                 raise UnsupportedPod(
@@ -256,7 +269,7 @@ def _check_names(pod: Obj) -> None:
             raise UnsupportedPod(
                 f"init container name {names.INIT_CONTAINER!r} is hostnet-rdma's and this one is not; rename it"
             )
-    for key in ("containers", "initContainers"):
+    for key in _RUN_CONTAINERS:
         for c in spec.get(key) or []:
             for m in (c.get("volumeMounts") or []) if isinstance(c, dict) else []:
                 path = m.get("mountPath") if isinstance(m, dict) else None
@@ -292,7 +305,7 @@ def _requests_devices(container: Obj, rdma_prefixes: tuple[str, ...]) -> bool:
     if allocators.claims_devices(container):
         return True
     resources = container.get("resources") or {}
-    for kind in ("limits", "requests"):
+    for kind in _AMOUNTS:
         for key in resources.get(kind) or {}:
             key = str(key)
             if key.endswith(GPU_RESOURCE_SUFFIXES) or allocators.is_nic_resource(key, rdma_prefixes):
@@ -407,7 +420,7 @@ def _writable(pod: Obj) -> Obj:
         if isinstance(meta.get("annotations"), dict):
             meta["annotations"] = dict(meta["annotations"])
     spec = out["spec"] = dict(pod["spec"])
-    for key in ("volumes", "initContainers"):
+    for key in _COPIED_LISTS:
         if isinstance(spec.get(key), list):
             spec[key] = list(spec[key])
     spec["containers"] = [_container_copy(c) for c in spec["containers"]]
@@ -416,7 +429,7 @@ def _writable(pod: Obj) -> Obj:
 
 # The container fields the steps write into (lists appended to, entries and dicts changed);
 # they assign others (`command`) whole, which a shallow copy allows.
-WRITTEN = ("env", "volumeMounts", "securityContext")
+WRITTEN: Final[tuple[str, str, str]] = ("env", "volumeMounts", "securityContext")
 
 
 def _container_copy(container: Any) -> Any:
