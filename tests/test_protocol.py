@@ -393,3 +393,45 @@ def test_a_client_pipelining_chunked_requests_past_the_bound_is_closed_once_thos
     writes = [data for kind, data in real.events if kind == "write"]
     assert len(started) == MAX_AHEAD and sum(w.count(b"HTTP/1.1 200") for w in writes) == MAX_AHEAD
     assert ("close", None) in real.events
+
+
+# Requests whose one read takes the whole-request fast path of data_received, or looks as if it
+# could: framing a parser must decide (both lengths, two lengths, chunked, none, a GET).
+FRAMINGS = [
+    REVIEW,
+    b"POST /mutate HTTP/1.1\r\nhost: x\r\nContent-Length: 2\r\n\r\n{}",
+    b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n{}",
+    b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-length:  2 \r\n\r\n{}",
+    b"POST /mutate HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+    b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n",
+    b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-length: 12\r\n\r\n{}GET / HTTP/1.1\r\n\r\n",
+    REVIEW + REVIEW,
+]
+
+
+def test_a_read_parsed_whole_answers_as_the_same_bytes_cut_up() -> None:
+    """A read that holds one whole request is parsed at once (the API server's case); any other
+    read is cut at request ends. Fed in one read or a byte at a time, every framing gets the same
+    answers, the same close and the same requests run: the fast path decides nothing itself."""
+    started: list[str] = []
+
+    async def feed(data: bytes, at_once: bool) -> tuple[list[tuple[str, Any]], list[str]]:
+        started.clear()
+        protocol, real = _connected(Answering(), _ok_app(started))
+        parts = [data] if at_once else [data[i : i + 1] for i in range(len(data))]
+        for part in parts:
+            if real.closing:
+                break
+            if protocol.unparsed or real.paused:
+                await _turns()
+            protocol.data_received(part)
+        await _turns(10)
+        protocol.connection_lost(None)
+        events = [e for i, e in enumerate(real.events) if e[0] != "close" or ("close", None) not in real.events[:i]]
+        return events, list(started)  # (closing twice is closing)
+
+    for data in FRAMINGS:
+        whole, cut = asyncio.run(feed(data, True)), asyncio.run(feed(data, False))
+        assert whole == cut, data

@@ -95,7 +95,7 @@ class TlsConnection(sslproto.SSLProtocol):
         self.make_http = make_http
         self.http: HttpSide | None = None
         self.raw: asyncio.Transport | None = None
-        self._deferred_eof = False
+        self.deferred_eof = False
 
     @property
     def connected(self) -> bool:
@@ -131,14 +131,15 @@ class TlsConnection(sslproto.SSLProtocol):
         # shutdown, and an answer written after that is dropped: wait until the requests that
         # arrived whole are answered (eof_now), reading the socket no more meanwhile.
         if self.http is not None and self.http.owes_answers():
-            self._deferred_eof = True
+            self.deferred_eof = True
             return True
         return super().eof_received()
 
     def answers_sent(self) -> None:
-        """The HTTP protocol owes no more answers: a half-close that waited for them goes on."""
-        if self._deferred_eof:
-            self._deferred_eof = False
+        """The HTTP protocol owes no more answers: a half-close that waited for them
+        (deferred_eof) goes on."""
+        if self.deferred_eof:
+            self.deferred_eof = False
             self._loop.call_soon(self._eof_now)  # after the answer's coalesced write (protocol.py)
 
     def _eof_now(self) -> None:

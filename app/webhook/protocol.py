@@ -273,6 +273,12 @@ class GatedFlow(FlowControl):
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,10})[ \t]*\r", re.IGNORECASE)
 
 
+def _content_length(data: bytes, start: int, end: int) -> int:
+    """The Content-Length declared in data[start:end] (a request's head), 0 if none."""
+    found = _CONTENT_LENGTH.search(data, start, end)
+    return int(found[1]) if found else 0
+
+
 def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     """A request's Content-Length, when it declares one and no other framing (the parser has
     already refused the ambiguous ones)."""
@@ -404,7 +410,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             request.body = 0
         if self._excess and not self._requests:
             self.transport.close()
-        elif self.tls is not None and not self.owes_answers():
+        elif self.tls is not None and self.tls.deferred_eof and not self.owes_answers():
             self.tls.answers_sent()
 
     # -- uvicorn's protocol
@@ -486,6 +492,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         return self in self.bounds.armed and not self._idle_deadline and not self._not_reading
 
     def data_received(self, data: bytes) -> None:
+        owed = self._answer_owed()
+        if not owed and self._between and self._body_left is None and not self._in_body:
+            # The common read: one whole request, its head within the bound, nothing after it
+            # (what the API server sends). Parsed at once, and no request deadline to arm: it
+            # has arrived (on_message_complete disarms the keep-alive's). Other reads go below.
+            end = data.find(b"\r\n\r\n")
+            if 0 <= end < self.bounds.max_header_bytes and end + 4 + _content_length(data, 0, end + 2) == len(data):
+                HttpToolsProtocol.data_received(self, data)
+                if self._blocked():
+                    self.flow.pause_reading()
+                return
         # (While answers wait unread, the deadline armed is the client's to read them: kept.)
         if (self._idle_deadline or self not in self.bounds.armed) and not self._not_reading:
             self._idle_deadline = False
@@ -494,7 +511,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # is answered, and the connection is read no more meanwhile (a client that pipelines
         # holds what one read brought in). One that sends nothing more is never paused: the API
         # server's connections cost no pause and resume a review.
-        if self._answer_owed():
+        if owed:
             self.unparsed += data
             self.flow.pause_reading()
             return
@@ -522,8 +539,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         end = data.find(b"\r\n\r\n", pos)
         if end < 0:
             return len(data) - pos
-        length = _CONTENT_LENGTH.search(data, pos, end + 2)
-        end += 4 + (int(length[1]) if length else 0)  # one part for a whole request: one parse
+        end += 4 + _content_length(data, pos, end + 2)  # one part for a whole request: one parse
         return min(end, len(data)) - pos
 
     def _parse(self, data: bytes | memoryview) -> None:
@@ -611,8 +627,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._receiving is not None:
             self._receiving.complete = True
             self._receiving = None
-            if self._receiving_held():
-                self.bounds.held.body_done(self)
+            held = self.bounds.held
+            if held.reader is self or (held.waiting and self in held.waiting):  # _receiving_held, inline
+                held.body_done(self)
         if self._direct_body is None or self._direct_reply is None or self.direct is None:
             super().on_message_complete()
             return
