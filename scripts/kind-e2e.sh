@@ -4,7 +4,8 @@
 # (self-managed certificates, failurePolicy Fail), `helm test`, then the e2e suite users run on
 # their own clusters (`hostnet-rdma e2e`: a 2-node plain-torchrun job per launcher the cluster
 # serves, here Job and StatefulSet; CPU, gloo) with a CPU torch image built here, and the
-# API-server test tier against the same cluster. Not run in CI; `make kind-e2e` runs it on the
+# API-server test tier against the same cluster; last, the fabric watch: on, every worker
+# healthy, and gone with all it wrote after `helm uninstall`. Not run in CI; `make kind-e2e` runs it on the
 # project's test machine (scripts/testenv/kind/), and the README says when it last ran.
 #
 #   scripts/kind-e2e.sh            # create, test, delete
@@ -22,7 +23,7 @@ TRAIN_IMAGE="${TRAIN_IMAGE:-hostnet-rdma-e2e-train:cpu}"
 NODE_IMAGE="${NODE_IMAGE:-}"      # e.g. kindest/node:v1.35.x; empty = kind's default
 TORCH_INDEX_URL="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
 NS=hostnet-rdma-system
-for tool in docker kind kubectl helm; do
+for tool in docker kind kubectl helm jq; do
   command -v "$tool" >/dev/null || { echo "kind-e2e: $tool is required" >&2; exit 2; }
 done
 
@@ -78,3 +79,34 @@ echo "== hostnet-rdma e2e"
 echo "== API-server tier against kind"
 HOSTNET_RDMA_E2E_KUBECONFIG="$KUBECONFIG_FILE" HELM="$(command -v helm)" \
   .venv/bin/python -m pytest tests/apiserver -m apiserver -p no:cacheprovider "$@"
+
+echo "== fabric watch: on, every worker healthy, then helm uninstall takes it and what it wrote away"
+# kind's nodes have no RDMA devices (requireRdma=false: each says NoRdmaDevices, status False, and
+# probes its peers over eth0); the control plane's NoSchedule taint keeps the agents on the workers.
+helm upgrade hostnet-rdma charts/hostnet-rdma --namespace "$NS" --reuse-values \
+  --set fabricWatch.enabled=true --set fabricWatch.requireRdma=false --set fabricWatch.interval=15 \
+  --set fabricWatch.taint=true --wait --timeout 3m
+ds="$(kubectl get daemonset -n "$NS" -l app.kubernetes.io/component=fabric-watch -o name)"
+kubectl rollout status -n "$NS" "$ds" --timeout 2m
+n_workers="$(kind get nodes --name "$CLUSTER" | grep -vc control-plane)"
+for i in $(seq 60); do
+  # doctor --cluster exits 0 only when no node is degraded or stale.
+  if table="$(.venv/bin/hostnet-rdma doctor --cluster --kubeconfig "$KUBECONFIG_FILE" -o json)" &&
+     [ "$(jq '[.[] | select(.state == "HEALTHY")] | length' <<<"$table")" = "$n_workers" ]; then break; fi
+  [ "$i" = 60 ] && { echo "kind-e2e: the fabric watch did not report every worker healthy in 120s" >&2
+    .venv/bin/hostnet-rdma doctor --cluster --kubeconfig "$KUBECONFIG_FILE" || true
+    kubectl logs -n "$NS" -l app.kubernetes.io/component=fabric-watch --tail 30 --prefix >&2; exit 1; }
+  sleep 2
+done
+.venv/bin/hostnet-rdma doctor --cluster --kubeconfig "$KUBECONFIG_FILE"
+helm uninstall hostnet-rdma --namespace "$NS" --wait --timeout 3m
+left="$(kubectl get pods -n "$NS" -l app.kubernetes.io/component=fabric-watch -o name)"
+[ -z "$left" ] || { echo "kind-e2e: fabric-watch pods left after helm uninstall: $left" >&2; exit 1; }
+# The names of what the agents write, from their one home (app/fleet).
+read -r condition taint report < <(.venv/bin/python -c \
+  'from app.fleet import condition as c, report as r; print(c.CONDITION, c.TAINT_KEY, r.ANNOTATION)')
+marked="$(kubectl get nodes -o json | jq -r --arg c "$condition" --arg t "$taint" --arg r "$report" '.items[] | select(
+  any(.status.conditions[]?; .type == $c) or any(.spec.taints[]?; .key == $t) or
+  (.metadata.annotations // {} | has($r))) | .metadata.name')"
+[ -z "$marked" ] || { echo "kind-e2e: nodes still carry the fabric watch's marks after helm uninstall: $marked" >&2; exit 1; }
+echo "fabric watch: every worker healthy; after helm uninstall no agent and no condition, report or taint left"

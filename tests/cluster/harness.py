@@ -117,6 +117,7 @@ class Net:
     """One run's addresses: 198.18.X.0/24 for the bridge and nodes, 198.19.X.0/24 for pods and Services."""
 
     x: int
+    nodes: int = 3  # up to 3: a /26 of pods each; up to 6: a /27 (30 pods) each
 
     @property
     def host_ip(self) -> str:
@@ -142,17 +143,21 @@ class Net:
         return f"198.19.{self.x}.1"
 
     def pod_cidr(self, i: int) -> str:
-        return f"198.19.{self.x}.{64 * i}/26"  # i = 1..3
+        """Node i's pods (1-based), beside the Services' /26: a /26 each for up to 3 nodes, a /27
+        each for up to 6."""
+        if self.nodes > 6 or not 1 <= i <= self.nodes:
+            raise ValueError(f"node {i} of {self.nodes}: the layout holds 6 nodes at most")
+        return f"198.19.{self.x}.{64 * i}/26" if self.nodes <= 3 else f"198.19.{self.x}.{32 + 32 * i}/27"
 
     @staticmethod
-    def pick() -> Net:
+    def pick(nodes: int = 3) -> Net:
         """A /24 pair no interface or route on this machine uses yet."""
         used = sh("ip", "-o", "addr").stdout + sh("ip", "route", "show", "table", "all").stdout
         choices = list(range(1, 255))
         random.shuffle(choices)
         for x in choices:
             if f"198.18.{x}." not in used and f"198.19.{x}." not in used:
-                return Net(x)
+                return Net(x, nodes)
         raise RuntimeError("no free 198.18.X.0/24 for the test cluster")
 
 
@@ -184,7 +189,7 @@ class Cluster:
         self.images = image_dir
         self.node_count = nodes
         tag = secrets.token_hex(2)
-        self.net = Net.pick()
+        self.net = Net.pick(nodes)
         self.state = State(tag=tag, workdir=str(workdir), owner_pid=os.getpid(), net_x=self.net.x)
         self.nodes = [f"node{i}" for i in range(1, nodes + 1)]
         self.timings: dict[str, float] = {}
@@ -198,7 +203,7 @@ class Cluster:
         st = State(**json.loads((workdir / STATE).read_text()))
         c = cls.__new__(cls)
         c.workdir, c.bin, c.images, c.node_count = workdir, bin_dir, image_dir, len(st.nodes)
-        c.net, c.state, c.nodes, c.timings = Net(st.net_x), st, list(st.nodes), {}
+        c.net, c.state, c.nodes, c.timings = Net(st.net_x, len(st.nodes)), st, list(st.nodes), {}
         c.pki, c.logs = workdir / "pki", workdir / "logs"
         c.token = (workdir / "kc-admin.yaml").read_text().split("token: '")[1].split("'")[0]
         return c
