@@ -74,6 +74,17 @@ def test_the_daemonset_is_host_network_with_net_raw_only_on_the_nodes_named() ->
     assert c["image"] == webhook["spec"]["template"]["spec"]["containers"][0]["image"]  # the webhook's image
     assert "--taint" in c["args"] and "--netdev=rdma0" in c["args"] and "--require-rdma" in c["args"]
     assert c["readinessProbe"] == {"tcpSocket": {"port": "metrics"}, "periodSeconds": 5}
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsNonRoot"]) == (0, False)
+
+
+def test_run_as_non_root_drops_every_capability() -> None:
+    """runAsNonRoot: the agent as 65532 with no capability at all (unprivileged ICMP sockets;
+    tests/rendezvous/test_fabricwatch_paths.py runs the probe so, on a real silent drop)."""
+    (ds,) = [d for d in rendered(*ON, "--set", "fabricWatch.runAsNonRoot=true") if d["kind"] == "DaemonSet"]
+    pod = ds["spec"]["template"]["spec"]
+    assert {k: pod["securityContext"][k] for k in ("runAsNonRoot", "runAsUser", "runAsGroup")} == {
+        "runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532}  # fmt: skip
+    assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
 def test_rbac_reads_nodes_by_name_and_patches_through_the_policy_only() -> None:

@@ -6,8 +6,9 @@ silence. This module asks the kernel what it already knows and the peer what it 
 without a port of its own (another job may hold any port):
 - the TCP sockets of the job's processes (/proc/PID/fd, /proc/net/tcp): their peers, and bytes
   sent but never acknowledged after retransmissions;
-- ICMP echo with don't-fragment set (a raw socket: host-network pods have CAP_NET_RAW), sizes
-  from 512 B up to the interface's MTU, then a bisection between the last size answered and the
+- ICMP echo with don't-fragment set (a raw socket: host-network pods have CAP_NET_RAW; without
+  it, an unprivileged ICMP socket where the node's net.ipv4.ping_group_range lets the process's
+  group open one, as `ping` does), sizes from 512 B up to the interface's MTU, then a bisection between the last size answered and the
   first one lost. A peer's kernel answers echo itself, so nothing needs to listen.
 Each lost size costs its timeout, so a whole probe of one peer takes at most ~8 s; peers are
 probed at once (one thread each, MAX_PEERS of them).
@@ -76,15 +77,39 @@ def echo_request(ident: int, seq: int, size: int) -> bytes:
     return struct.pack("!BBHHH", 8, 0, checksum(header + payload), ident, seq) + payload
 
 
-def echo_reply(packet: bytes) -> Optional[Tuple[int, int]]:
-    """(ident, seq) of an echo reply as a raw socket receives it (IPv4 header first)."""
-    if len(packet) < 20:
-        return None
-    start = (packet[0] & 0x0F) * 4
+def echo_reply(packet: bytes, raw: bool = True) -> Optional[Tuple[int, int]]:
+    """(ident, seq) of an echo reply as the socket receives it: a raw socket with the IPv4
+    header first, an unprivileged ICMP socket from the ICMP header (its ident is the kernel's)."""
+    start = 0
+    if raw:
+        if len(packet) < 20:
+            return None
+        start = (packet[0] & 0x0F) * 4
     if len(packet) < start + 8 or packet[start] != 0:
         return None
     _, _, _, ident, seq = struct.unpack("!BBHHH", packet[start : start + 8])
     return ident, seq
+
+
+def icmp_socket() -> Tuple[Optional[socket.socket], bool, str]:
+    """(socket, raw, why not): a raw ICMP socket (CAP_NET_RAW), else an unprivileged one (Linux
+    "ping socket": the kernel owns its ident and checksum, and hands it only its own replies),
+    where net.ipv4.ping_group_range includes the process's group; else None and why."""
+    try:
+        return socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP), True, ""
+    except OSError as e:
+        raw_error = e.strerror or str(e)
+    try:
+        return socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP), False, ""
+    except OSError as e:
+        return (
+            None,
+            False,
+            (
+                f"no raw socket for ICMP ({raw_error}: needs CAP_NET_RAW) and no unprivileged one "
+                f"({e.strerror or e}: net.ipv4.ping_group_range does not include group {os.getgid()})"
+            ),
+        )
 
 
 def walk(crosses: Callable[[int, int], bool], sizes: List[int], steps: int = BISECT_STEPS) -> Tuple[List[int], int]:
@@ -134,10 +159,9 @@ def probe(peer: str, iface: str = "", timeout: float = 1.0, limit: int = 0) -> P
     if ":" in peer:
         path.error = "IPv6 peers are not probed"
         return path
-    try:
-        s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-    except OSError as e:
-        path.error = f"no raw socket for ICMP: {e.strerror or e} (needs CAP_NET_RAW)"
+    s, raw, why = icmp_socket()
+    if s is None:
+        path.error = why
         return path
     ident = random.randrange(1, 0xFFFF)
     seq = [0]
@@ -167,7 +191,8 @@ def probe(peer: str, iface: str = "", timeout: float = 1.0, limit: int = 0) -> P
                         data, (src, _) = s.recvfrom(65535)
                     except OSError:
                         break
-                    if src == peer and echo_reply(data) == (ident, seq[0]):
+                    reply = echo_reply(data, raw)
+                    if src == peer and reply is not None and reply[1] == seq[0] and (not raw or reply[0] == ident):
                         return True
             return False
 
