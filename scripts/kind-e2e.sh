@@ -90,10 +90,12 @@ ds="$(kubectl get daemonset -n "$NS" -l app.kubernetes.io/component=fabric-watch
 kubectl rollout status -n "$NS" "$ds" --timeout 2m
 n_workers="$(kind get nodes --name "$CLUSTER" | grep -vc control-plane)"
 for i in $(seq 60); do
-  # doctor --cluster exits 0 only when no node is degraded or stale.
+  # doctor --cluster exits 0 only when no node is degraded or stale; each worker healthy and
+  # past its first round, when it had no peer yet: the other worker probed at every size.
   if table="$(.venv/bin/hostnet-rdma doctor --cluster --kubeconfig "$KUBECONFIG_FILE" -o json)" &&
-     [ "$(jq '[.[] | select(.state == "HEALTHY")] | length' <<<"$table")" = "$n_workers" ]; then break; fi
-  [ "$i" = 60 ] && { echo "kind-e2e: the fabric watch did not report every worker healthy in 120s" >&2
+     [ "$(jq '[.[] | select(.state == "HEALTHY" and (.message | test("every peer probed answers")))] | length' \
+          <<<"$table")" = "$n_workers" ]; then break; fi
+  [ "$i" = 60 ] && { echo "kind-e2e: the fabric watch did not report every worker healthy, its peer probed, in 120s" >&2
     .venv/bin/hostnet-rdma doctor --cluster --kubeconfig "$KUBECONFIG_FILE" || true
     kubectl logs -n "$NS" -l app.kubernetes.io/component=fabric-watch --tail 30 --prefix >&2; exit 1; }
   sleep 2
@@ -109,4 +111,4 @@ marked="$(kubectl get nodes -o json | jq -r --arg c "$condition" --arg t "$taint
   any(.status.conditions[]?; .type == $c) or any(.spec.taints[]?; .key == $t) or
   (.metadata.annotations // {} | has($r))) | .metadata.name')"
 [ -z "$marked" ] || { echo "kind-e2e: nodes still carry the fabric watch's marks after helm uninstall: $marked" >&2; exit 1; }
-echo "fabric watch: every worker healthy; after helm uninstall no agent and no condition, report or taint left"
+echo "fabric watch: every worker healthy, each probing the other; after helm uninstall no agent and no condition, report or taint left"
