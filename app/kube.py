@@ -509,6 +509,18 @@ def _unavailable() -> Iterator[None]:
         raise events.Unavailable(str(e) or type(e).__name__) from None
 
 
+def read_node(core: client.CoreV1Api, name: str, timeout: float) -> dict[str, Any] | None:
+    """A Node as the API server has it (None: there is none), as JSON: no model objects."""
+    try:
+        resp: Any = core.read_node(name, _preload_content=False, _request_timeout=timeout)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    data: dict[str, Any] = json.loads(resp.data)
+    return data
+
+
 class NodeAgentApi:
     """The fabric watch's calls (app.fleet.agent.NodeApi): its own Node's condition (nodes/status),
     report annotation and taint (nodes), Events on it, and reads of the peers it probes. The
@@ -584,14 +596,7 @@ class NodeAgentApi:
 
     # ------------------------------------------------------------------ reads and writes
     def node(self, name: str) -> dict[str, Any] | None:
-        try:
-            resp: Any = self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        data: dict[str, Any] = json.loads(resp.data)
-        return data
+        return read_node(self.core, name, self.timeout)
 
     def write_condition(self, node: str, condition: dict[str, str]) -> None:
         # A strategic merge by type: the kubelet's and other agents' conditions are left alone.
@@ -671,13 +676,9 @@ class NodeCleanupApi:
 
     def node(self, name: str) -> dict[str, Any] | None:
         try:
-            resp: Any = self.core.read_node(name, _preload_content=False, _request_timeout=self.timeout)
+            return read_node(self.core, name, self.timeout)
         except ApiException as e:
-            if e.status == 404:
-                return None
             raise self._failed(e) from None
-        data: dict[str, Any] = json.loads(resp.data)
-        return data
 
     def patch_node(self, name: str, ops: list[dict[str, Any]]) -> bool:
         """A JSON patch (the client sends a list body as application/json-patch+json); False on

@@ -122,6 +122,17 @@ class Kube:
             pod["spec"].setdefault("schedulingGates", []).append({"name": "hostnet-rdma.io/e2e"})
         return self.request("POST", f"/api/v1/namespaces/{ns}/pods", pod, **params)
 
+    def token(self, ns: str, service_account: str, bound_to: dict[str, str] | None = None) -> str:
+        """A real token of the ServiceAccount (TokenRequest, 10 minutes), bound to an object
+        (`boundObjectRef`: a Pod puts its node's name into the token) when given."""
+        spec: dict[str, Any] = {"expirationSeconds": 600}
+        if bound_to:
+            spec["boundObjectRef"] = bound_to
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        return str(
+            self.ok("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{service_account}/token", body)["status"]["token"]
+        )
+
     def apply(self, manifest: dict[str, Any]) -> httpx.Response:
         """Server-side apply, as `kubectl apply --server-side` does."""
         kind = manifest["kind"]

@@ -493,9 +493,7 @@ def test_a_refused_request_names_the_right_it_lacked(plane: ControlPlane, kube: 
     r = kube.request("POST", f"/api/v1/namespaces/{ON}/serviceaccounts",
                      {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}})  # fmt: skip
     assert r.status_code in (201, 409), r.text
-    token = kube.ok("POST", f"/api/v1/namespaces/{ON}/serviceaccounts/{sa}/token",
-                    {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                     "spec": {"expirationSeconds": 600}})["status"]["token"]  # fmt: skip
+    token = kube.token(ON, sa)
     config = yaml.safe_load(plane.kubeconfig.read_text())
     config["users"] = [{"name": kubeconfig_names(plane)[1], "user": {"token": token}}]
     kubeconfig = tmp_path / "nobody"

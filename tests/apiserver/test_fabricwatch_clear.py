@@ -88,9 +88,7 @@ def _hook_kubeconfig(plane: ControlPlane, kube: Kube, workdir: Path) -> Path:
     for d in docs:
         r = kube.apply(d)
         assert r.status_code in (200, 201), r.text
-    token = kube.ok("POST", f"/api/v1/namespaces/{RELEASE_NS}/serviceaccounts/{HOOK}/token",
-                    {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                     "spec": {"expirationSeconds": 600}})["status"]["token"]  # fmt: skip
+    token = kube.token(RELEASE_NS, HOOK)
     path = workdir / "hook-kubeconfig"
     path.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: hook\n"

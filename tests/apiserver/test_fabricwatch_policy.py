@@ -68,11 +68,7 @@ def test_the_agents_real_token_writes_only_its_own_node(plane: ControlPlane, kub
     r = kube.create_pod(RELEASE_NS, pod)
     assert r.status_code in (201, 409), r.text
     uid = kube.ok("GET", f"/api/v1/namespaces/{RELEASE_NS}/pods/fabric-watch-a")["metadata"]["uid"]
-    token = kube.ok("POST", f"/api/v1/namespaces/{RELEASE_NS}/serviceaccounts/{AGENT}/token",
-                    {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                     "spec": {"expirationSeconds": 600, "boundObjectRef": {"kind": "Pod", "apiVersion": "v1",
-                                                                           "name": "fabric-watch-a", "uid": uid}}},
-                    )["status"]["token"]  # fmt: skip
+    token = kube.token(RELEASE_NS, AGENT, {"kind": "Pod", "apiVersion": "v1", "name": "fabric-watch-a", "uid": uid})
     agent = httpx.Client(base_url=plane.url, headers={"Authorization": f"Bearer {token}"}, verify=False, timeout=30)
     who = agent.post("/apis/authentication.k8s.io/v1/selfsubjectreviews",
                      json={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).json()  # fmt: skip

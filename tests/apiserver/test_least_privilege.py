@@ -44,9 +44,7 @@ def test_service_account_may_change_only_its_ca_bundle_and_its_secret(
     for d in docs:
         r = kube.apply(d)
         assert r.status_code in (200, 201), r.text
-    token = kube.ok("POST", f"/api/v1/namespaces/{RELEASE_NS}/serviceaccounts/{RELEASE}/token",
-                    {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                     "spec": {"expirationSeconds": 600}})["status"]["token"]  # fmt: skip
+    token = kube.token(RELEASE_NS, RELEASE)
     sa = httpx.Client(base_url=plane.url, headers={"Authorization": f"Bearer {token}"}, verify=False, timeout=30)
     hook = kube.ok("GET", MWC)["webhooks"][0]
     bundle = hook["clientConfig"]["caBundle"]
