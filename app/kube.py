@@ -615,13 +615,11 @@ class NodeAgentApi:
             current = self.node(node)
             if current is None:
                 return
-            taints = [t for t in (current.get("spec") or {}).get("taints") or [] if t.get("key") != key]
-            if on:
-                taints.append({"key": key, "value": "true", "effect": "NoSchedule"})
-            # A JSON patch that replaces the list whole, with the resourceVersion read: the API
-            # server answers 409 when the Node changed in between (a compare-and-swap).
-            ops = [{"op": "replace", "path": "/metadata/resourceVersion", "value": current["metadata"]["resourceVersion"]},
-                   {"op": "add", "path": "/spec/taints", "value": taints}]  # fmt: skip
+            from app.fleet import condition
+
+            if key != condition.TAINT_KEY:
+                raise ValueError(f"{key}: the fabric watch sets {condition.TAINT_KEY} only")
+            ops = condition.taint_patch(current, on)  # a compare-and-swap on the resourceVersion read
             try:
                 self.core.patch_node(node, ops, _request_timeout=self.timeout)
                 return

@@ -62,7 +62,7 @@ def leftovers(node: dict[str, Any]) -> Leftovers:
     as they are, in their order."""
     meta = node.get("metadata") or {}
     taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
-    others = tuple(t for t in taints if t.get("key") != cond.TAINT_KEY)
+    others = tuple(cond.others_taints(node))
     return Leftovers(
         node=str(meta.get("name", "")),
         resource_version=str(meta.get("resourceVersion", "")),
@@ -79,12 +79,12 @@ def node_patch(left: Leftovers) -> list[dict[str, Any]] | None:
     when the Node changed in between (a compare-and-swap), and the caller reads it again."""
     if not (left.annotation or left.taint):
         return None
-    ops: list[dict[str, Any]] = [{"op": "replace", "path": "/metadata/resourceVersion", "value": left.resource_version}]
+    ops: list[dict[str, Any]] = []
     if left.annotation:
         ops.append({"op": "remove", "path": "/metadata/annotations/" + _json_pointer(rep.ANNOTATION)})
     if left.taint:
-        ops.append({"op": "replace", "path": "/spec/taints", "value": list(left.other_taints)})
-    return ops
+        ops.append(cond.taints_op(list(left.other_taints), present=True))
+    return cond.guarded_patch(left.resource_version, ops)
 
 
 class CleanupApi(Protocol):

@@ -200,6 +200,35 @@ def read_condition(node: dict[str, Any]) -> tuple[Condition, dt.datetime | None,
     return None
 
 
+# Our taint, and the JSON patches that set a Node's taints: the agent's (its own node, on or
+# off) and the uninstall clear's (every node, off) are built here alike. Guarded by the
+# resourceVersion read: the API server answers 409 when the Node changed in between (a
+# compare-and-swap), and the writer reads it again; others' taints are kept, in their order.
+OUR_TAINT: dict[str, str] = {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}
+
+
+def others_taints(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Node's (raw JSON) taints but ours, in their order."""
+    taints = (node.get("spec") or {}).get("taints") or []
+    return [t for t in taints if isinstance(t, dict) and t.get("key") != TAINT_KEY]
+
+
+def guarded_patch(resource_version: str, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version}, *ops]
+
+
+def taints_op(taints: list[dict[str, Any]], present: bool) -> dict[str, Any]:
+    """Set spec.taints whole (`present`: the Node has the field now)."""
+    return {"op": "replace" if present else "add", "path": "/spec/taints", "value": taints}
+
+
+def taint_patch(node: dict[str, Any], on: bool) -> list[dict[str, Any]]:
+    """Our taint on (or off) the Node as read, others' kept, guarded by its resourceVersion."""
+    taints = others_taints(node) + ([dict(OUR_TAINT)] if on else [])
+    present = "taints" in (node.get("spec") or {})
+    return guarded_patch(str(node["metadata"]["resourceVersion"]), [taints_op(taints, present)])
+
+
 STALE_AFTER_HEARTBEATS = 3
 
 
