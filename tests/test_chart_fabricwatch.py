@@ -162,14 +162,19 @@ def test_the_uninstall_hook_is_on_with_the_agent_and_off_with_its_value() -> Non
     assert hook_objects("--set", "fabricWatch.enabled=true", "--set", "fabricWatch.clearOnUninstall=false") == []
 
 
-def test_the_hook_runs_after_delete_rbac_first_and_is_deleted_once_it_succeeded() -> None:
+def test_the_hook_runs_after_delete_rbac_first_and_is_deleted_once_it_succeeded_its_rbac_also_if_it_failed() -> None:
     docs = hook_objects(*ON)
     assert [d["kind"] for d in docs] == HOOK_KINDS
     for d in docs:
         notes = d["metadata"]["annotations"]
         assert d["metadata"]["name"] == HOOK
         assert notes["helm.sh/hook"] == "post-delete"
-        assert notes["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        # The Job stays after a failure, for its log; its RBAC (patch on every Node) never does.
+        assert notes["helm.sh/hook-delete-policy"] == (
+            "before-hook-creation,hook-succeeded"
+            if d["kind"] == "Job"
+            else "before-hook-creation,hook-succeeded,hook-failed"
+        )
         assert notes["helm.sh/hook-weight"] == ("0" if d["kind"] == "Job" else "-5"), "the RBAC exists before the Job"
         assert d["metadata"].get("namespace", "hostnet-rdma-system") == "hostnet-rdma-system"
 
