@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End to end on kind (needs Docker, kind, kubectl, helm): a cluster of one control plane and two
+# End to end on kind (needs Docker, kind, kubectl, helm, jq): a cluster of one control plane and two
 # workers, both images built from deploy/Dockerfile and loaded into it, the chart installed
 # (self-managed certificates, failurePolicy Fail), `helm test`, then the e2e suite users run on
 # their own clusters (`hostnet-rdma e2e`: a 2-node plain-torchrun job per launcher the cluster

@@ -254,6 +254,7 @@ def test_a_failed_list_is_not_gone() -> None:
     (["--clear", "--once"], "does not go with --once"),
     (["--clear", "--timeout", "0"], "--timeout 0"),
     (["--wait-for-agents", "ns/app=x", "--node", "n"], "--wait-for-agents goes with --clear"),
+    (["--timeout", "30", "--node", "n"], "--timeout goes with --clear"),  # not silently ignored
 ])  # fmt: skip
 def test_bad_arguments_say_what_to_do(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fabric-watch", *argv]) == 2

@@ -198,6 +198,7 @@ def parse_peers(given: list[str]) -> dict[str, str]:
 
 
 CLEAR_COMMAND = "hostnet-rdma fabric-watch --clear"
+DEFAULT_AGENTS_TIMEOUT = 120.0
 
 
 def parse_agents(given: str) -> tuple[str, str]:
@@ -220,6 +221,8 @@ def cmd_clear(args: argparse.Namespace) -> int:
         agents = parse_agents(args.wait_for_agents) if args.wait_for_agents else None
     except ValueError as e:
         return error(str(e))
+    if args.timeout is None:
+        args.timeout = DEFAULT_AGENTS_TIMEOUT
     if args.timeout <= 0:
         return error(f"--timeout {args.timeout}: give the seconds to wait for the agents, more than 0")
     from app import kube
@@ -268,6 +271,8 @@ def cmd_fabric_watch(args: argparse.Namespace) -> int:
         return cmd_clear(args)
     if args.wait_for_agents:
         return error("--wait-for-agents goes with --clear")
+    if args.timeout is not None:
+        return error("--timeout goes with --clear (the agent's own probes are timed by --probe-timeout)")
     if not args.node:
         return error("--node (or NODE_NAME from the downward API) is required: the Node this agent reports on")
     if args.peer and not args.once:
@@ -355,8 +360,8 @@ def register(sub: Any) -> None:
                         "everything else kept (after `helm uninstall --no-hooks`); one line per Node changed")  # fmt: skip
     w.add_argument("--wait-for-agents", metavar="NAMESPACE/SELECTOR",
                    help="with --clear: first wait until no pod of this selector is left (the agents)")  # fmt: skip
-    w.add_argument("--timeout", type=float, default=120.0,
-                   help="with --wait-for-agents: seconds to wait for the agents (default 120)")  # fmt: skip
+    w.add_argument("--timeout", type=float, default=None,
+                   help=f"with --clear --wait-for-agents: seconds to wait for the agents (default {DEFAULT_AGENTS_TIMEOUT:g})")  # fmt: skip
     w.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     w.add_argument("--kubeconfig", help="kubeconfig (default: the pod's credentials)")
     w.add_argument("--context", help="kubeconfig context")
