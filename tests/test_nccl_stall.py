@@ -268,3 +268,28 @@ def test_the_sweep_schedule_stays_a_few_rounds_whatever_the_nodes(n: int) -> Non
     assert len(set(pairs)) == len(pairs) == (1 if n == 2 else n)  # the ring's edges, once each
     for node in range(n):
         assert sum(node in p for p in pairs) == (1 if n == 2 else 2)  # every node meets two others
+
+
+def test_an_unprivileged_socket_refused_a_netdev_says_which_kernel_allows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before Linux 5.7 binding an unprivileged ICMP socket to a netdev needs CAP_NET_RAW: the
+    probe's reason says so (the message only: this machine's kernel allows the bind, which
+    tests/rendezvous/test_fabricwatch_paths.py runs for real)."""
+    import errno
+
+    class Refusing:
+        def __enter__(self) -> Refusing:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def setsockopt(self, level: int, option: int, value: Any) -> None:
+            if option == 25:  # SO_BINDTODEVICE
+                raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(pathprobe, "icmp_socket", lambda: (Refusing(), False, ""))
+    path = pathprobe.probe("192.0.2.7", "rdma0")
+    assert path.error == (
+        "cannot send from rdma0: Operation not permitted (an unprivileged ICMP socket is bound to a netdev from "
+        "Linux 5.7 on; before, CAP_NET_RAW)"
+    )

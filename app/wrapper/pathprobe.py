@@ -17,6 +17,7 @@ Standard library only, Python 3.8+: it runs in users' images as part of the wrap
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import socket
@@ -171,7 +172,11 @@ def probe(peer: str, iface: str = "", timeout: float = 1.0, limit: int = 0) -> P
             if iface:
                 s.setsockopt(socket.SOL_SOCKET, 25, iface.encode() + b"\0")  # SO_BINDTODEVICE
         except OSError as e:
-            path.error = f"cannot send from {iface or 'the route'}: {e.strerror or e}"
+            path.error = f"cannot send from {iface or 'the route'}: {e.strerror or e}" + (
+                " (an unprivileged ICMP socket is bound to a netdev from Linux 5.7 on; before, CAP_NET_RAW)"
+                if not raw and iface and e.errno == errno.EPERM
+                else ""
+            )
             return path
 
         def crosses(size: int, tries: int) -> bool:
