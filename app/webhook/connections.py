@@ -22,9 +22,9 @@ fixed here, not left to asyncio's defaults:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
-from asyncio import sslproto
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -49,9 +49,11 @@ SHUTDOWN_SECONDS = 2.0
 
 
 class HttpSide(Protocol):
-    """What the budget asks of a connection's HTTP protocol (protocol.BoundedHttpToolsProtocol)."""
+    """What the budget and the TLS layer ask of a connection's HTTP protocol
+    (protocol.BoundedHttpToolsProtocol)."""
 
     answered: int
+    tls: TlsConnection | None
 
     def resting(self) -> bool:
         """No request in flight or partly received: closing it loses nothing."""
@@ -59,92 +61,338 @@ class HttpSide(Protocol):
     def owes_answers(self) -> bool:
         """A request arrived whole and is not answered yet."""
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None: ...
 
-class _Handshaking(asyncio.Protocol):
-    """The application protocol a TLS connection has until its handshake is done: the HTTP
-    protocol is made then, so a socket that never completes a handshake costs no parser and no
-    HTTP state (and leaves no reference cycle through a parser that was never connected)."""
+    def data_received(self, data: bytes) -> None: ...
 
-    def __init__(self, tls: TlsConnection) -> None:
-        self.tls = tls
+    def eof_received(self) -> bool | None: ...
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.tls.handshake_done(transport)
+    def connection_lost(self, exc: Exception | None) -> None: ...
+
+    def pause_writing(self) -> None: ...
+
+    def resume_writing(self) -> None: ...
 
 
-class TlsConnection(sslproto.SSLProtocol):
-    """asyncio's server-side TLS protocol for one accepted socket, under the server's
-    ConnectionBudget, with small buffers. Its HTTP protocol (`http`, made by `make_http`) is
-    made and connected once the handshake is done."""
+# Where a connection is: in its TLS handshake; open; closing (our close_notify sent, the peer's
+# awaited for SHUTDOWN_SECONDS); closed (the socket is closed or being closed).
+_HANDSHAKE, _OPEN, _CLOSING, _CLOSED = range(4)
 
-    max_size = READ_BUFFER
+
+class TlsConnection(asyncio.BufferedProtocol):
+    """The server side of TLS for one accepted socket, under the server's ConnectionBudget: the
+    socket's protocol, and (through `transport`, a TlsTransport) the transport of its HTTP
+    protocol (`http`, made by `make_http` once the handshake is done).
+
+    OpenSSL through the ssl module's memory BIOs, as asyncio's TLS protocol does, without its
+    general machinery: a read decrypts what arrived and hands it to the HTTP protocol in the
+    same call, a write encrypts and sends in the same call. asyncio's protocol took ~12 µs of
+    CPU a request more on the floor of a fixed answer (BENCHMARKS.md), and gives no bound of its
+    own on the handshake's count or the buffers (above). Reading is paused by the socket (the
+    encrypted bytes of one read, at most READ_BUFFER, wait in the BIO); writing's flow control
+    is the socket transport's, its high-water mark WRITE_BUFFER."""
 
     def __init__(self, budget: ConnectionBudget, make_http: Callable[[], Any], context: ssl.SSLContext) -> None:
-        # (typeshed's stub of this class is narrower than the class: no waiter, int timeouts.)
-        super().__init__(
-            asyncio.get_running_loop(), _Handshaking(self), context, None,  # type: ignore[arg-type]
-            server_side=True, ssl_handshake_timeout=budget.handshake_seconds,  # type: ignore[arg-type]
-            ssl_shutdown_timeout=budget.shutdown_seconds,
-        )  # fmt: skip
-        self._ssl_buffer_view = _READ_INTO  # (the one the class made is freed now)
-        self._ssl_buffer = _READ_INTO.obj
-        # What may wait undelivered, and unsent, on this connection (the class's own setters).
-        self._set_read_buffer_limits(high=READ_BUFFER)  # type: ignore[attr-defined]
-        self._set_write_buffer_limits(high=WRITE_BUFFER)  # type: ignore[attr-defined]
         self.budget = budget
         self.make_http = make_http
         self.http: HttpSide | None = None
         self.raw: asyncio.Transport | None = None
         self.deferred_eof = False
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._state = _HANDSHAKE
+        self._paused = False  # the HTTP protocol asked not to be read (TlsTransport.pause_reading)
+        self._timer: asyncio.TimerHandle | None = None  # the handshake's deadline, then the close's
+        self.transport = TlsTransport(self)
 
     @property
     def connected(self) -> bool:
         """The handshake is done and the HTTP protocol has the connection."""
         return self.http is not None
 
+    # -- the socket's protocol
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.raw = transport  # type: ignore[assignment]
+        raw: asyncio.Transport = transport  # type: ignore[assignment]
+        self.raw = raw
         if not self.budget.accept(self):
-            transport.abort()  # type: ignore[attr-defined]
+            self._state = _CLOSED
+            raw.abort()
             return
-        super().connection_made(transport)
+        raw.set_write_buffer_limits(high=WRITE_BUFFER)
+        self._timer = asyncio.get_running_loop().call_later(self.budget.handshake_seconds, self._timed_out)
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        self._state = _CLOSED
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.budget.lost(self)
-        super().connection_lost(exc)
+        if self.http is not None:
+            self.http.connection_lost(exc)  # type: ignore[arg-type]
 
-    def handshake_done(self, transport: asyncio.BaseTransport) -> None:
-        http = self.make_http()
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _READ_INTO
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._incoming.write(_READ_INTO[:nbytes])
+        state = self._state
+        if state == _OPEN:
+            self._read()
+        elif state == _HANDSHAKE:
+            self._handshake()
+        elif state == _CLOSING:
+            self._shutdown()
+        else:
+            self._incoming.read()  # closed: nothing more is read
+
+    def eof_received(self) -> bool | None:
+        # The client has sent all it will (a TCP half-close). What arrived whole is answered
+        # first: the socket is kept for writing until the HTTP protocol owes nothing (answers_sent).
+        if self._state == _OPEN and self.http is not None and self.http.owes_answers():
+            self.deferred_eof = True
+            return True
+        self._peer_done()
+        return None
+
+    def pause_writing(self) -> None:
+        if self.http is not None:
+            self.http.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.http is not None:
+            self.http.resume_writing()
+
+    # -- TLS
+
+    def _handshake(self) -> None:
+        try:
+            self._ssl.do_handshake()
+        except ssl.SSLWantReadError:
+            self._flush()
+            return
+        except (ssl.SSLError, OSError) as e:  # not TLS, or a handshake we refuse: nothing to answer
+            log.debug("TLS handshake failed: %s", e)
+            self.abort()
+            return
+        self._flush()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._state = _OPEN
+        http: HttpSide = self.make_http()
         http.tls = self
         self.http = http
-        self._set_app_protocol(http)
         self.budget.connected(self)
-        http.connection_made(transport)
+        http.connection_made(self.transport)
+        if self._incoming.pending and self._state == _OPEN:  # the first request came with the handshake's end
+            self._read()
+
+    def _read(self) -> None:
+        """Decrypt what arrived and hand it to the HTTP protocol, record by record, while it reads."""
+        tls, incoming, http = self._ssl, self._incoming, self.http
+        while not self._paused and self._state == _OPEN:
+            try:
+                data = tls.read(READ_BUFFER)
+            except ssl.SSLWantReadError:  # a record not whole yet
+                break
+            except ssl.SSLZeroReturnError:  # the peer's close_notify
+                data = b""
+            except (ssl.SSLError, OSError) as e:
+                log.debug("TLS read failed: %s", e)
+                self.abort()
+                return
+            if not data:  # the peer's close_notify: as a half-close
+                self._incoming.read()
+                if not self.eof_received():
+                    return
+                break
+            http.data_received(data)  # type: ignore[union-attr]
+            if not incoming.pending and not tls.pending():
+                break
+        if self._outgoing.pending:  # what reading made OpenSSL say (a key update, tickets)
+            self._flush()
+
+    def _flush(self) -> None:
+        data = self._outgoing.read()
+        if data and self.raw is not None:
+            self.raw.write(data)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._state != _OPEN or not data:
+            return  # closing or closed: as asyncio's transports, what comes after is dropped
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self._ssl.write(view) :]
+        except (ssl.SSLError, OSError) as e:
+            log.debug("TLS write failed: %s", e)
+            self.abort()
+            return
+        self._flush()
+
+    def pause_reading(self) -> None:
+        if not self._paused:
+            self._paused = True
+            if self.raw is not None and not self.raw.is_closing():
+                self.raw.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._paused:
+            self._paused = False
+            if self.raw is not None and not self.raw.is_closing():
+                self.raw.resume_reading()
+            if self._incoming.pending or self._ssl.pending():  # what came in the read it paused in
+                asyncio.get_running_loop().call_soon(self._read_held)
+
+    def _read_held(self) -> None:
+        if self._state == _OPEN:
+            self._read()
+
+    # -- closing
+
+    def close(self) -> None:
+        """A polite close: our close_notify, then the peer's awaited for SHUTDOWN_SECONDS (the
+        socket is read meanwhile, so nothing it sends makes the close a reset)."""
+        if self._state != _OPEN:
+            if self._state == _HANDSHAKE:
+                self.abort()
+            return
+        self._state = _CLOSING
+        self._timer = asyncio.get_running_loop().call_later(self.budget.shutdown_seconds, self._timed_out)
+        if self._paused and self.raw is not None and not self.raw.is_closing():
+            self.raw.resume_reading()  # to see the peer's close_notify
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        while True:  # each call reads one record of the peer's (what it sent before its close_notify is dropped)
+            before = self._incoming.pending
+            try:
+                self._ssl.unwrap()
+            except ssl.SSLWantReadError:  # ours is sent; the peer's has not come yet
+                if 0 < self._incoming.pending < before:
+                    continue
+                self._flush()
+                return
+            except (ssl.SSLError, OSError) as e:
+                log.debug("TLS close failed: %s", e)
+                self.abort()
+                return
+            self._flush()
+            self._close_raw()
+            return
+
+    def _peer_done(self) -> None:
+        """The peer sent all it will (its close_notify, or a TCP EOF): ours, and the socket closed."""
+        if self._state in (_OPEN, _CLOSING):
+            if self._state == _OPEN and self.http is not None:
+                self.http.eof_received()
+            self._state = _CLOSING
+            with contextlib.suppress(ssl.SSLError, OSError):  # the peer's close_notify may never come
+                self._ssl.unwrap()
+            self._flush()
+        self._close_raw()
+
+    def _close_raw(self) -> None:
+        self._state = _CLOSED
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.raw is not None and not self.raw.is_closing():
+            self.raw.close()  # sends what is buffered, then closes
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        if self._state == _HANDSHAKE:
+            log.debug("closing a connection whose TLS handshake did not finish in %ss", self.budget.handshake_seconds)
+        self.abort()
 
     def abort(self) -> None:
         """Drop the connection now: no close_notify to wait for, its slot and memory free at once."""
+        self._state = _CLOSED
         if self.raw is not None:
             self.raw.abort()
-
-    def eof_received(self) -> bool | None:  # type: ignore[override]
-        # The client has sent all it will (a half-close). asyncio's TLS protocol then starts its
-        # shutdown, and an answer written after that is dropped: wait until the requests that
-        # arrived whole are answered (eof_now), reading the socket no more meanwhile.
-        if self.http is not None and self.http.owes_answers():
-            self.deferred_eof = True
-            return True
-        return super().eof_received()
 
     def answers_sent(self) -> None:
         """The HTTP protocol owes no more answers: a half-close that waited for them
         (deferred_eof) goes on."""
         if self.deferred_eof:
             self.deferred_eof = False
-            self._loop.call_soon(self._eof_now)  # after the answer's coalesced write (protocol.py)
+            asyncio.get_running_loop().call_soon(self._eof_now)  # after the answer's coalesced write (protocol.py)
 
     def _eof_now(self) -> None:
         if self.raw is not None and not self.raw.is_closing():
-            super().eof_received()
+            self._peer_done()
+
+    def extra(self, name: str, default: Any = None) -> Any:
+        if name == "sslcontext":
+            return self._ssl.context
+        if name == "ssl_object":
+            return self._ssl
+        if name == "peercert":
+            return self._ssl.getpeercert()
+        if name == "cipher":
+            return self._ssl.cipher()
+        if name == "compression":
+            return self._ssl.compression()
+        return self.raw.get_extra_info(name, default) if self.raw is not None else default
+
+
+class TlsTransport(asyncio.Transport):
+    """The transport the HTTP protocol writes to: its connection's TLS (TlsConnection)."""
+
+    def __init__(self, conn: TlsConnection) -> None:
+        super().__init__()
+        self._conn = conn
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._conn.write(data)
+
+    def writelines(self, list_of_data: Any) -> None:
+        self._conn.write(b"".join(list_of_data))
+
+    def can_write_eof(self) -> bool:
+        return False  # TLS has no half-close of its own
+
+    def is_closing(self) -> bool:
+        return self._conn._state != _OPEN
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def abort(self) -> None:
+        self._conn.abort()
+
+    def pause_reading(self) -> None:
+        self._conn.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._conn.resume_reading()
+
+    def is_reading(self) -> bool:
+        return not self._conn._paused and self._conn._state == _OPEN
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._conn.extra(name, default)
+
+    def get_write_buffer_size(self) -> int:
+        raw = self._conn.raw
+        return raw.get_write_buffer_size() if raw is not None else 0
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        raw = self._conn.raw
+        return raw.get_write_buffer_limits() if raw is not None else (0, 0)
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        if self._conn.raw is not None:
+            self._conn.raw.set_write_buffer_limits(high, low)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._conn.http  # type: ignore[return-value]
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        raise NotImplementedError("the HTTP protocol of a TLS connection is fixed")
 
 
 class ConnectionBudget:
