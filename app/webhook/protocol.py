@@ -571,7 +571,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         self._in_headers, self._header_bytes, self._began, self._between = True, 0, True, False
         self._in_body, self._body_left = False, None
+        # uvicorn's, less the ASGI scope: a review read off the ASGI path needs none (_asgi_scope).
+        self.url, self.expect_100_continue, self.headers = b"", False, []
+
+    def _asgi_scope(self) -> None:
+        """The request's ASGI scope, made by uvicorn's on_message_begin, with what was parsed since."""
+        url, expect, headers = self.url, self.expect_100_continue, self.headers
         super().on_message_begin()
+        self.url, self.expect_100_continue, self.headers = url, expect, headers
+        self.scope["headers"] = headers
 
     def on_headers_complete(self) -> None:
         self._in_headers, self._in_body = False, True
@@ -583,6 +591,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.direct is not None and self._take_direct(self.direct):
             return
         self._body_left = _declared_length(self.headers)
+        self._asgi_scope()
         super().on_headers_complete()
         if self._draining and self.cycle is not None:
             self.cycle.keep_alive = False  # answered with connection: close, then closed
@@ -599,6 +608,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # never started, taken out of the queue.
         self._dropping = True
         try:
+            self._asgi_scope()
             super().on_headers_complete()
         finally:
             self._dropping = False

@@ -10,12 +10,12 @@ Two error families, enforced here and only here:
 
 from __future__ import annotations
 
-import binascii
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 import orjson
+import pybase64
 
 from app import __version__, events
 from app.core import InjectConfig, InvalidPod, Params, UnsupportedPod, Warned, mutate, patch, reasons
@@ -142,8 +142,8 @@ def build_response(
     if ops:
         response["patchType"] = "JSONPatch"
         encoded = ops if isinstance(ops, bytes) else orjson.dumps(ops)
-        # base64.b64encode without its Python frame
-        response["patch"] = binascii.b2a_base64(encoded, newline=False).decode("ascii")
+        # binascii's loop took ~1 ns a byte: a patch of a few KiB, a few % of a review
+        response["patch"] = pybase64.b64encode_as_string(encoded)
     if warnings:
         response["warnings"] = [_warning(w.text) for w in warnings]
     return orjson.dumps({"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response})
