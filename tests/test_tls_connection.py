@@ -5,6 +5,8 @@ does with it (the budget, pipelining, half-close, rotation, a Go client): tests/
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shutil
 import socket
 import ssl
 import threading
@@ -173,3 +175,33 @@ def test_a_peer_that_goes_silent_is_dropped_at_the_deadline(certs: Path, stage: 
         return dropped_in
 
     assert 0.2 < asyncio.run(go()) < 3
+
+
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs the openssl command (Debian's openssl package)")
+def test_a_tls_1_2_client_cannot_renegotiate(certs: Path) -> None:
+    """Each renegotiation would be a handshake's CPU outside the handshake bound: refused (OpenSSL
+    3 refuses a client's renegotiation by default; the connection is dropped, nothing after it read)."""
+
+    async def go() -> tuple[list[bytes], str]:
+        side, budget = Side(), ConnectionBudget(10, 10)
+        server, port = await _serve(certs, side, budget)
+        client = await asyncio.create_subprocess_exec(
+            "openssl", "s_client", "-tls1_2", "-connect", f"127.0.0.1:{port}",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        assert client.stdin is not None and client.stdout is not None
+        for line in (b"before\n", b"R\n", b"after\n"):  # s_client: a line "R" renegotiates
+            await asyncio.sleep(0.3)
+            with contextlib.suppress(ConnectionError):
+                client.stdin.write(line)
+                await client.stdin.drain()
+        with contextlib.suppress(ConnectionError):
+            client.stdin.close()
+        said = (await asyncio.wait_for(client.stdout.read(), 10)).decode(errors="replace")
+        await asyncio.wait_for(side.lost.wait(), 5)
+        server.close()
+        return side.got, said
+
+    got, said = asyncio.run(go())
+    assert "RENEGOTIATING" in said
+    assert b"".join(got) == b"before\n"
