@@ -420,3 +420,28 @@ def test_each_namespace_gets_its_own_params_and_a_new_config_drops_the_old_ones(
     )
     again = review._in_namespace(reloaded, "team-a")
     assert again is not a and again.config is reloaded.config and again.namespace == "team-a"
+
+
+def test_the_admission_metrics_read_as_prometheus_clients_counter_and_histogram_would() -> None:
+    """server.Admissions counts without prometheus_client's locks; what a scrape reads is the same
+    as its Counter and Histogram of these names and buckets (less their _created samples),
+    observations on a bucket's bound and past the last included."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from app.webhook.server import Admissions
+
+    theirs = CollectorRegistry()
+    counter = Counter("hostnet_rdma_admission_requests", "Admission reviews handled", ["outcome", "launcher"],
+                      registry=theirs)  # fmt: skip
+    histogram = Histogram("hostnet_rdma_admission_duration_seconds", "Time to answer one admission review",
+                          buckets=Admissions.BUCKETS, registry=theirs)  # fmt: skip
+    ours, admissions = CollectorRegistry(), Admissions()
+    ours.register(admissions)
+    for seconds in (0.0, 0.0004, *Admissions.BUCKETS, 0.0011, 0.3, 1.0000001, 7.0):
+        histogram.observe(seconds)
+        admissions.observe(seconds)
+    for key in [("mutated", "volcano")] * 3 + [("bad_request", ""), ("unchanged", "jobset")]:
+        counter.labels(*key).inc()
+        admissions.count(*key)
+    expected = [line for line in generate_latest(theirs).decode().splitlines() if "_created" not in line]
+    assert generate_latest(ours).decode().splitlines() == expected

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
+import logging
 import socket
 import ssl
 import threading
@@ -177,7 +177,6 @@ def test_a_peer_that_goes_silent_is_dropped_at_the_deadline(certs: Path, stage: 
     assert 0.2 < asyncio.run(go()) < 3
 
 
-@pytest.mark.skipif(not shutil.which("openssl"), reason="needs the openssl command (Debian's openssl package)")
 def test_a_tls_1_2_client_cannot_renegotiate(certs: Path) -> None:
     """Each renegotiation would be a handshake's CPU outside the handshake bound: refused (OpenSSL
     3 refuses a client's renegotiation by default; the connection is dropped, nothing after it read)."""
@@ -205,3 +204,36 @@ def test_a_tls_1_2_client_cannot_renegotiate(certs: Path) -> None:
     got, said = asyncio.run(go())
     assert "RENEGOTIATING" in said
     assert b"".join(got) == b"before\n"
+
+
+def test_clients_that_do_not_trust_the_certificate_are_reported_with_what_to_check(
+    certs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An API server whose caBundle is not our CA fails every handshake, and with failurePolicy
+    Ignore its pods pass unplumbed: the server says so (once a minute: any client can fail one)."""
+
+    async def go() -> ConnectionBudget:
+        budget = ConnectionBudget(10, 10)
+        server, port = await _serve(certs, Side(), budget)
+
+        def client() -> None:
+            with socket.create_connection(("127.0.0.1", port)) as raw, pytest.raises(ssl.SSLCertVerificationError):
+                ssl.create_default_context().wrap_socket(raw, server_hostname="127.0.0.1")  # not our CA
+
+        for _ in range(2):
+            await _in_thread(client)
+        deadline = time.monotonic() + 5
+        while budget.handshake_failures < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        server.close()
+        return budget
+
+    with caplog.at_level(logging.WARNING, logger="hostnet_rdma.server"):
+        budget = asyncio.run(go())
+    assert budget.handshake_failures == 2
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1, said
+    assert said[0].startswith(
+        "1 TLS handshake(s) failed since the last report, the last: [SSL: TLSV1_ALERT_UNKNOWN_CA]"
+    )
+    assert "caBundle must be the CA that signed the serving certificate" in said[0]

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -172,8 +173,8 @@ class TlsConnection(asyncio.BufferedProtocol):
         except ssl.SSLWantReadError:
             self._flush()
             return
-        except (ssl.SSLError, OSError) as e:  # not TLS, or a handshake we refuse: nothing to answer
-            log.debug("TLS handshake failed: %s", e)
+        except (ssl.SSLError, OSError) as e:  # not TLS, a client that refuses us, or one we refuse
+            self.budget.handshake_failed(e)
             self.abort()
             return
         self._flush()
@@ -416,6 +417,11 @@ class ConnectionBudget:
         self.evicted = 0
         self.refused = 0
         self._over = False  # the bound was met: said once per burst, not once per connection
+        # Failed TLS handshakes: said at most once every FAILURES_SAID_EVERY seconds (any client
+        # can fail one), with how many and the last reason.
+        self.handshake_failures = 0
+        self._failures_unsaid = 0
+        self._failures_said_at = float("-inf")
         # Memory back to the system after a burst of at least 256 connections (protocol.malloc_trim),
         # once it has passed: TRIM_AFTER_SECONDS after its last connection has gone.
         self._trim = trim
@@ -439,6 +445,29 @@ class ConnectionBudget:
         self.handshaking[conn] = None
         self._peak = max(self._peak, len(self.open))
         return True
+
+    FAILURES_SAID_EVERY = 60.0
+
+    def handshake_failed(self, error: BaseException) -> None:
+        """A TLS handshake failed. A client that does not trust the serving certificate fails
+        every one (the API server among them, with a caBundle not of this CA: with failurePolicy
+        Ignore its pods then pass unplumbed), so this is said, at most once a minute."""
+        self.handshake_failures += 1
+        self._failures_unsaid += 1
+        now = time.monotonic()
+        if now - self._failures_said_at < self.FAILURES_SAID_EVERY:
+            log.debug("TLS handshake failed: %s", error)
+            return
+        reason = str(error)
+        hint = ""
+        if "UNKNOWN_CA" in reason or "CERTIFICATE" in reason:
+            hint = (": the client does not trust this server's certificate. If the API server is one of them, the "
+                    "webhook configuration's caBundle must be the CA that signed the serving certificate "
+                    "(docs/troubleshooting.md, \"TLS handshakes failed\")")  # fmt: skip
+        log.warning("%d TLS handshake(s) failed since the last report, the last: %s%s",
+                    self._failures_unsaid, reason, hint)  # fmt: skip
+        self._failures_unsaid = 0
+        self._failures_said_at = now
 
     def connected(self, conn: TlsConnection) -> None:
         self.handshaking.pop(conn, None)

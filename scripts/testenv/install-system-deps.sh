@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Debian packages the cluster tier needs (runc, CNI plugins, buildah, debootstrap,
-# iptables for kube-proxy, a static libc for the pause binary). Installs only what is missing;
+# iptables for kube-proxy, a static libc for the pause binary; the openssl command, the TLS
+# client of the server tier's rotation and renegotiation tests). Installs only what is missing;
 # needs root. Idempotent and quiet when everything is there.
 set -euo pipefail
 need=()
@@ -12,6 +13,7 @@ have debootstrap || need+=(debootstrap)
 have iptables || need+=(iptables)
 have nsenter || need+=(util-linux)
 have curl || need+=(curl)
+have openssl || need+=(openssl)
 have gcc || need+=(gcc)
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -n "$(find /usr/lib -name libc.a -print -quit 2>/dev/null)" ] || need+=(libc6-dev)
 [ ${#need[@]} -eq 0 ] && exit 0
